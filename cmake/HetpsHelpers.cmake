@@ -1,0 +1,64 @@
+# Small helpers so every target gets the same include root, warnings and sanitizer flags.
+#
+#   hetps_cc_library(NAME <name> SRCS ... [DEPS ...] [PUBLIC_DEPS ...])  -> target hetps_<name>
+#   hetps_cc_binary(NAME <name> SRCS ... [DEPS ...] [OUTPUT_NAME <file>])
+#   hetps_cc_test(NAME <name> SRCS ... [DEPS ...] [TIMEOUT <s>] [LABELS ...])
+
+# GCC 12 reports false maybe-uninitialized warnings inside Abseil containers.
+set(HETPS_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+                   -Wno-maybe-uninitialized)
+set(HETPS_SANITIZER_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
+                          -fno-sanitize-recover=undefined)
+
+function(hetps_apply_common_flags target)
+  target_compile_options(${target} PRIVATE ${HETPS_WARNINGS})
+  if(HETPS_SANITIZE)
+    target_compile_options(${target} PRIVATE ${HETPS_SANITIZER_FLAGS})
+    target_link_options(${target} PRIVATE ${HETPS_SANITIZER_FLAGS})
+  endif()
+endfunction()
+
+function(hetps_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;PUBLIC_DEPS" ${ARGN})
+  set(target hetps_${ARG_NAME})
+  add_library(${target} STATIC ${ARG_SRCS})
+  add_library(hetps::${ARG_NAME} ALIAS ${target})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/hetps>)
+  target_link_libraries(${target} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_DEPS})
+  hetps_apply_common_flags(${target})
+endfunction()
+
+function(hetps_cc_binary)
+  cmake_parse_arguments(ARG "" "NAME;OUTPUT_NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+  if(ARG_OUTPUT_NAME)
+    set_target_properties(${ARG_NAME} PROPERTIES OUTPUT_NAME ${ARG_OUTPUT_NAME})
+  endif()
+  hetps_apply_common_flags(${ARG_NAME})
+endfunction()
+
+# Each GoogleTest case becomes its own ctest entry (so ctest -j spreads them and each has its
+# own timeout). Tests find the project's binaries through HETPS_BINARY_DIR.
+function(hetps_cc_test)
+  cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 60)
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  hetps_apply_common_flags(${ARG_NAME})
+  set(properties TIMEOUT ${ARG_TIMEOUT}
+                 ENVIRONMENT "HETPS_BINARY_DIR=${PROJECT_BINARY_DIR};${HETPS_TEST_ENVIRONMENT}")
+  if(ARG_LABELS)
+    list(APPEND properties LABELS "${ARG_LABELS}")
+  endif()
+  gtest_discover_tests(${ARG_NAME}
+    DISCOVERY_MODE PRE_TEST
+    DISCOVERY_TIMEOUT 30
+    PROPERTIES ${properties})
+endfunction()

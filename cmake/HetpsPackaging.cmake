@@ -1,0 +1,27 @@
+# `cmake --install` puts ps-server, the client library with its public headers and an exported
+# CMake package in place, so a training job's own project can do:
+#
+#   find_package(hetps REQUIRED)
+#   target_link_libraries(train PRIVATE hetps::client)
+
+include(CMakePackageConfigHelpers)
+
+set(HETPS_PUBLIC_HEADERS worker/client.h worker/options.h)
+foreach(header ${HETPS_PUBLIC_HEADERS})
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hetps/${dir})
+endforeach()
+
+# The client is a static library; the internal libraries it is built from travel with it.
+install(TARGETS hetps_client hetps_transport hetps_common hetps_proto
+  EXPORT hetpsTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT hetpsTargets NAMESPACE hetps:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/hetpsConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/hetpsConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/hetpsConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/hetpsConfig.cmake ${PROJECT_BINARY_DIR}/hetpsConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)

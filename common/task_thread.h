@@ -1,0 +1,47 @@
+// TaskThread: one thread that runs posted tasks in the order they were posted.
+//
+//   TaskThread thread("shard-owner-0");
+//   thread.Post([&] { partition.Apply(...); });
+//   thread.Stop();  // runs what is queued, then joins
+//
+// Thread-safe. Tasks posted after Stop() are refused (Post returns false) and destroyed unrun.
+#ifndef HETPS_COMMON_TASK_THREAD_H_
+#define HETPS_COMMON_TASK_THREAD_H_
+
+#include <deque>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+
+namespace hetps {
+
+class TaskThread {
+ public:
+  explicit TaskThread(std::string name);
+  ~TaskThread();  // Stop()
+  TaskThread(const TaskThread&) = delete;
+  TaskThread& operator=(const TaskThread&) = delete;
+
+  bool Post(absl::AnyInvocable<void()> task);
+  // Runs the tasks already posted, then ends the thread. Idempotent.
+  // REQUIRES: not called from one of this thread's own tasks.
+  void Stop();
+  // True when called from this TaskThread's own thread.
+  bool IsCurrent() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void Run();
+
+  const std::string name_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_COMMON_TASK_THREAD_H_

@@ -1,0 +1,59 @@
+#include "common/timer_queue.h"
+
+#include "absl/time/clock.h"
+
+namespace hetps {
+
+TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
+
+TimerQueue::~TimerQueue() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+TimerQueue::TimerId TimerQueue::Schedule(absl::Time when, absl::AnyInvocable<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  TimerId id = next_id_++;
+  if (timers_.empty() || when < timers_.begin()->first.first) ++wakeups_;
+  timers_.emplace(Key{when, id}, std::move(callback));
+  deadlines_.emplace(id, when);
+  return id;
+}
+
+bool TimerQueue::Cancel(TimerId id) {
+  absl::AnyInvocable<void()> dropped;  // destroyed after the lock is released
+  absl::MutexLock lock(&mu_);
+  auto it = deadlines_.find(id);
+  if (it == deadlines_.end()) return false;
+  auto node = timers_.extract(Key{it->second, id});
+  dropped = std::move(node.mapped());
+  deadlines_.erase(it);
+  return true;
+}
+
+void TimerQueue::Run() {
+  mu_.Lock();
+  while (!stopping_) {
+    absl::Time next = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
+    if (absl::Now() < next) {
+      const uint64_t seen = wakeups_;
+      auto woken = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || wakeups_ != seen;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      continue;
+    }
+    auto node = timers_.extract(timers_.begin());
+    deadlines_.erase(node.key().second);
+    mu_.Unlock();
+    node.mapped()();
+    node.mapped() = nullptr;  // release captured state outside the lock
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+}  // namespace hetps

@@ -1,0 +1,59 @@
+// TimerQueue runs callbacks at given times on one background thread.
+//
+//   TimerQueue timers;
+//   TimerQueue::TimerId id = timers.Schedule(absl::Now() + absl::Seconds(1), [] { ... });
+//   timers.Cancel(id);  // true if it had not started yet
+//
+// Thread-safe. Callbacks run one at a time on the timer thread, without the queue's lock held,
+// so they may schedule or cancel timers; they should be short (hand long work elsewhere).
+// Destruction stops the thread; timers that have not fired by then are dropped unrun.
+#ifndef HETPS_COMMON_TIMER_QUEUE_H_
+#define HETPS_COMMON_TIMER_QUEUE_H_
+
+#include <cstdint>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace hetps {
+
+class TimerQueue {
+ public:
+  using TimerId = uint64_t;
+
+  TimerQueue();
+  ~TimerQueue();
+  TimerQueue(const TimerQueue&) = delete;
+  TimerQueue& operator=(const TimerQueue&) = delete;
+
+  // Runs `callback` once, at or soon after `when`.
+  TimerId Schedule(absl::Time when, absl::AnyInvocable<void()> callback);
+
+  // Removes a timer that has not started; returns false if it already ran, is running, or
+  // never existed.
+  bool Cancel(TimerId id);
+
+ private:
+  using Key = std::pair<absl::Time, TimerId>;
+
+  void Run();
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  TimerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bumped whenever the earliest deadline moves earlier, to wake the thread.
+  uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<Key, absl::AnyInvocable<void()>> timers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<TimerId, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_COMMON_TIMER_QUEUE_H_

@@ -1,0 +1,72 @@
+// PendingRequest: a data request whose partition items complete on several owner threads. The
+// last item to complete sends the reply; an error (a deadline, a shutdown) sends it instead.
+// Either way the reply goes out exactly once.
+//
+//   auto request = std::make_shared<PendingRequest>(items, /*returns_weights=*/true, reply, m);
+//   ... on owner threads: request->CompleteItem(slot, snapshot);
+//   ... on the timer thread: request->Fail(absl::DeadlineExceededError(...));
+//
+// Thread-safe.
+#ifndef HETPS_SERVER_PENDING_REQUEST_H_
+#define HETPS_SERVER_PENDING_REQUEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/aligned_buffer.h"
+#include "common/timer_queue.h"
+#include "proto/ps.pb.h"
+#include "server/metrics.h"
+#include "transport/transport.h"
+
+namespace hetps::server {
+
+// A partition's weights at one version. The buffer is never written again once a snapshot
+// refers to it (the owner copies on write), so it can be sent while training goes on.
+struct WeightsSnapshot {
+  std::shared_ptr<const AlignedBuffer> weights;
+  uint64_t version = 0;
+};
+
+class PendingRequest {
+ public:
+  // `items` describes each slot for the response (key, partition, dtype). With
+  // `returns_weights`, the reply is a PullResponse carrying every slot's snapshot; otherwise
+  // its header is `ack_header`.
+  PendingRequest(std::vector<hetps::v1::PartitionItem> items, bool returns_weights,
+                 transport::ReplyCallback reply, std::shared_ptr<ShardMetrics> metrics,
+                 std::string ack_header = "");
+
+  void CompleteItem(size_t slot, WeightsSnapshot snapshot = {});
+  void Fail(const absl::Status& status);
+  bool finished() const;
+  // Number of items not yet complete, for error messages.
+  size_t remaining() const;
+
+  // A deadline timer to cancel once the request completes.
+  void SetDeadlineTimer(TimerQueue* timers, TimerQueue::TimerId timer);
+
+ private:
+  void Reply(absl::StatusOr<transport::Response> result) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const bool returns_weights_;
+  const std::string ack_header_;
+  const std::shared_ptr<ShardMetrics> metrics_;
+
+  mutable absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  size_t remaining_ ABSL_GUARDED_BY(mu_);
+  std::vector<hetps::v1::PartitionItem> items_ ABSL_GUARDED_BY(mu_);
+  std::vector<WeightsSnapshot> snapshots_ ABSL_GUARDED_BY(mu_);
+  transport::ReplyCallback reply_ ABSL_GUARDED_BY(mu_);
+  TimerQueue* timers_ ABSL_GUARDED_BY(mu_) = nullptr;
+  TimerQueue::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace hetps::server
+
+#endif  // HETPS_SERVER_PENDING_REQUEST_H_

@@ -1,0 +1,139 @@
+// ps-server: runs one shard of a hetps cluster until SIGINT/SIGTERM (or --lifetime_s).
+//
+//   ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/log.h"
+#include "server/server.h"
+
+#ifdef HETPS_HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address to listen on; use 0.0.0.0 to accept workers from other machines");
+ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file)");
+ABSL_FLAG(std::string, port_file, "",
+          "If set, the chosen port is written to this file once the server accepts workers");
+ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, 0 <= shard_index < num_shards");
+ABSL_FLAG(uint32_t, num_shards, 1, "Number of shards in the cluster");
+ABSL_FLAG(uint32_t, num_workers, 1, "Number of workers (world size) of the training job");
+ABSL_FLAG(std::string, job_id, "hetps", "Job name; workers of another job are refused");
+ABSL_FLAG(int, threads, 0, "Threads that apply updates; 0 means one per CPU");
+ABSL_FLAG(uint64_t, max_message_bytes, 64 << 20,
+          "Largest message (header + tensor bytes) accepted or sent");
+ABSL_FLAG(uint32_t, max_pending_steps, 4,
+          "BSP: how many steps ahead of a partition's version a push may be");
+ABSL_FLAG(double, max_wait_s, 600, "Longest a pull or barrier waits, in seconds");
+ABSL_FLAG(double, lifetime_s, 0,
+          "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
+
+namespace {
+
+std::string AllocatorName() {
+#ifdef HETPS_HAVE_JEMALLOC
+  const char* version = nullptr;
+  size_t size = sizeof(version);
+  if (mallctl("version", &version, &size, nullptr, 0) == 0) {
+    return absl::StrCat("jemalloc ", version);
+  }
+  return "jemalloc";
+#else
+  return "system malloc";
+#endif
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(temporary.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --help lists this file's flags (absl would otherwise look for a file named like the binary).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::StrContains(path, "ps_server_main");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Runs one shard of a hetps parameter-server cluster.\n"
+      "  ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4");
+  absl::ParseCommandLine(argc, argv);
+
+  // Signals are taken by sigtimedwait below, so every thread started from here blocks them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  hetps::server::ServerOptions options;
+  options.listen_address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_pending_steps = absl::GetFlag(FLAGS_max_pending_steps);
+  options.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_s));
+
+  absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
+      hetps::server::ShardServer::Start(options);
+  if (!server.ok()) {
+    hetps::LogError("ps-server: %s", server.status().ToString());
+    return 1;
+  }
+  const std::string address = (*server)->address();
+  hetps::LogInfo("ps-server shard %d of %d for %d workers of job '%s' listening on %s (grpc), %s",
+                 options.shard_index, options.num_shards, options.num_workers, options.job_id,
+                 address, AllocatorName());
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    const int port = std::stoi(address.substr(address.rfind(':') + 1));
+    if (!WritePortFile(port_file, port)) {
+      hetps::LogError("ps-server: cannot write --port_file %s", port_file);
+      return 1;
+    }
+  }
+
+  const double lifetime_s = absl::GetFlag(FLAGS_lifetime_s);
+  const absl::Time end =
+      lifetime_s > 0 ? absl::Now() + absl::Seconds(lifetime_s) : absl::InfiniteFuture();
+  while (true) {
+    const timespec tick = {1, 0};
+    const int signal = sigtimedwait(&signals, nullptr, &tick);
+    if (signal == SIGINT || signal == SIGTERM) {
+      hetps::LogInfo("ps-server: signal %d, shutting down", signal);
+      break;
+    }
+    if (absl::Now() >= end) {
+      hetps::LogInfo("ps-server: --lifetime_s reached, shutting down");
+      break;
+    }
+  }
+  (*server)->Shutdown();
+  return 0;
+}

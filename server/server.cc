@@ -1,0 +1,76 @@
+#include "server/server.h"
+
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "server/shard.h"
+
+namespace hetps::server {
+namespace {
+
+absl::Status ValidateOptions(const ServerOptions& options) {
+  if (options.num_shards == 0) return absl::InvalidArgumentError("num_shards must be at least 1");
+  if (options.shard_index >= options.num_shards) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "shard_index %d is out of range for %d shards", options.shard_index, options.num_shards));
+  }
+  if (options.num_workers == 0) return absl::InvalidArgumentError("num_workers must be at least 1");
+  if (options.max_pending_steps == 0) {
+    return absl::InvalidArgumentError("max_pending_steps must be at least 1");
+  }
+  if (options.max_message_bytes < (1 << 20) || options.max_message_bytes > (1u << 31) - 1) {
+    return absl::InvalidArgumentError("max_message_bytes must be between 1 MiB and 2 GiB");
+  }
+  if (options.max_wait <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("max_wait must be positive");
+  }
+  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOptions& options) {
+  HETPS_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<ShardServer> server(new ShardServer());
+  if (options.transport_instance != nullptr) {
+    server->transport_ = options.transport_instance;
+  } else {
+    transport::TransportOptions transport_options;
+    transport_options.max_message_bytes = options.max_message_bytes;
+    HETPS_ASSIGN_OR_RETURN(server->transport_,
+                           transport::CreateTransport(options.transport, transport_options));
+  }
+  ShardOptions shard_options;
+  shard_options.shard_index = options.shard_index;
+  shard_options.num_shards = options.num_shards;
+  shard_options.num_workers = options.num_workers;
+  shard_options.job_id = options.job_id;
+  shard_options.threads = options.threads > 0
+                              ? options.threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  shard_options.max_pending_steps = options.max_pending_steps;
+  shard_options.max_wait = options.max_wait;
+  shard_options.max_message_bytes = options.max_message_bytes;
+  server->shard_ = std::make_unique<Shard>(shard_options);
+  HETPS_ASSIGN_OR_RETURN(server->listener_,
+                         server->transport_->Listen(options.listen_address, server->shard_.get()));
+  return server;
+}
+
+ShardServer::~ShardServer() { Shutdown(); }
+
+std::string ShardServer::address() const { return listener_->address(); }
+
+hetps::v1::StatsResponse ShardServer::Stats() const { return shard_->Stats(); }
+
+void ShardServer::Shutdown() {
+  if (shard_ == nullptr) return;
+  // Waiting pulls are answered first, so the listener's streams can finish promptly.
+  shard_->Stop();
+  if (listener_ != nullptr) listener_->Shutdown();
+}
+
+}  // namespace hetps::server

@@ -1,0 +1,87 @@
+// ShardServer: one shard of a hetps cluster, listening for workers. This is what `ps-server`
+// runs; it can also be embedded (tests start shards in-process this way).
+//
+//   ServerOptions options;
+//   options.listen_address = "0.0.0.0:7000";
+//   options.shard_index = 0;
+//   options.num_shards = 2;
+//   options.num_workers = 4;
+//   HETPS_ASSIGN_OR_RETURN(std::unique_ptr<ShardServer> server, ShardServer::Start(options));
+//   ...
+//   server->Shutdown();
+//
+// Thread-safe.
+#ifndef HETPS_SERVER_SERVER_H_
+#define HETPS_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/ps.pb.h"
+#include "transport/transport.h"
+
+namespace hetps::server {
+
+class Shard;
+
+struct ServerOptions {
+  // --- Affects behaviour ---
+
+  // This shard's place in the cluster; every worker must list the shards in index order.
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  // Workers (world size) of the job; BSP waits for this many gradients per step.
+  uint32_t num_workers = 1;
+  // Workers of another job are refused.
+  std::string job_id = "hetps";
+  // BSP: how many steps ahead of a partition's version a push may be.
+  uint32_t max_pending_steps = 4;
+  // The longest a pull or barrier waits, whatever deadline the worker asked for.
+  absl::Duration max_wait = absl::Minutes(10);
+
+  // --- Where and how it listens ---
+
+  // "host:port"; port 0 picks a free port (see ShardServer::address()).
+  std::string listen_address = "127.0.0.1:0";
+  // Transport by name ("grpc"), unless transport_instance is set (tests: in-process).
+  std::string transport = "grpc";
+  std::shared_ptr<transport::Transport> transport_instance;
+  // Largest message accepted or sent; clients learn it when they connect.
+  size_t max_message_bytes = 64 << 20;
+
+  // --- Affects performance ---
+
+  // Threads that own partitions and apply updates (0: one per CPU).
+  int threads = 0;
+};
+
+class ShardServer {
+ public:
+  // InvalidArgument for inconsistent options; Unavailable if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<ShardServer>> Start(const ServerOptions& options);
+  ~ShardServer();  // Shutdown()
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  // The address workers connect to (with the chosen port).
+  std::string address() const;
+  hetps::v1::StatsResponse Stats() const;
+
+  // Answers waiting requests with Unavailable, stops listening and stops the shard's threads.
+  // Idempotent; bounded in time.
+  void Shutdown();
+
+ private:
+  ShardServer() = default;
+
+  std::shared_ptr<transport::Transport> transport_;
+  std::unique_ptr<Shard> shard_;
+  std::unique_ptr<transport::Listener> listener_;
+};
+
+}  // namespace hetps::server
+
+#endif  // HETPS_SERVER_SERVER_H_

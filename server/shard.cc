@@ -1,0 +1,342 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/partitioning.h"
+#include "common/status_macros.h"
+#include "optimizer/registry.h"
+#include "server/initializer.h"
+#include "server/request_util.h"
+
+namespace hetps::server {
+namespace {
+
+std::map<std::string, double> ParamsOf(const hetps::v1::OptimizerConfig& config) {
+  return {config.params().begin(), config.params().end()};
+}
+
+// How two declarations of one tensor differ, or "" if they agree. Initial values carried in the
+// payload are not compared: the first declaration's are used.
+std::string DescribeMismatch(const hetps::v1::TensorDecl& have, const hetps::v1::TensorDecl& got) {
+  if (have.name() != got.name()) {
+    return absl::StrFormat("key %016x is taken by tensor '%s'", have.key(), have.name());
+  }
+  if (have.num_elements() != got.num_elements()) {
+    return absl::StrFormat("it has %d elements, not %d", have.num_elements(), got.num_elements());
+  }
+  if (have.dtype() != got.dtype()) return "its dtype differs";
+  if (have.sync_mode() != got.sync_mode()) return "its sync mode differs";
+  if (have.partition_elements() != got.partition_elements()) {
+    return absl::StrFormat("it is cut into partitions of %d elements, not %d",
+                           have.partition_elements(), got.partition_elements());
+  }
+  if (have.optimizer().name() != got.optimizer().name() ||
+      ParamsOf(have.optimizer()) != ParamsOf(got.optimizer())) {
+    return "its optimizer or hyperparameters differ";
+  }
+  const auto& a = have.init();
+  const auto& b = got.init();
+  if (a.kind() != b.kind() || a.a() != b.a() || a.b() != b.b() || a.seed() != b.seed()) {
+    return "its initializer differs";
+  }
+  return "";
+}
+
+}  // namespace
+
+Shard::Shard(const ShardOptions& options)
+    : options_(options),
+      metrics_(std::make_shared<ShardMetrics>()),
+      timers_(std::make_unique<TimerQueue>()),
+      barrier_(options.num_workers, timers_.get()) {
+  const int threads = std::max(1, options_.threads);
+  for (int i = 0; i < threads; ++i) {
+    owners_.push_back(std::make_unique<TaskThread>(absl::StrCat("shard-owner-", i)));
+  }
+}
+
+Shard::~Shard() {
+  Stop();
+  timers_.reset();  // no timer may fire into the members below once they start to go
+}
+
+void Shard::Stop() {
+  if (stopped_.exchange(true)) return;
+  const absl::Status stopping = absl::UnavailableError(
+      absl::StrFormat("shard %d is shutting down", options_.shard_index));
+  barrier_.FailAll(stopping);
+  for (size_t owner = 0; owner < owners_.size(); ++owner) {
+    owners_[owner]->Post([this, owner, stopping] {
+      table_.ForEach([&](const Tensor& tensor) {
+        for (const auto& partition : tensor.partitions) {
+          if (partition != nullptr && partition->owner() == owner) {
+            partition->FailWaiters(stopping);
+          }
+        }
+      });
+    });
+  }
+  for (auto& owner : owners_) owner->Stop();
+}
+
+void Shard::HandleRequest(transport::Request request, transport::ReplyCallback reply) {
+  if (stopped_.load()) {
+    reply(absl::UnavailableError(
+        absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+    return;
+  }
+  // Every failure is counted, whichever path answers it.
+  reply = [metrics = metrics_, reply = std::move(reply)](
+              absl::StatusOr<transport::Response> result) mutable {
+    if (!result.ok()) ShardMetrics::Add(metrics->failed_requests, 1);
+    reply(std::move(result));
+  };
+  switch (request.method) {
+    case hetps::v1::METHOD_HELLO:
+      reply(Hello(request));
+      return;
+    case hetps::v1::METHOD_DECLARE:
+      Declare(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_STATS:
+      reply(HeaderResponse(Stats()));
+      return;
+    case hetps::v1::METHOD_BARRIER:
+      Barrier(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_PUSH:
+    case hetps::v1::METHOD_PULL:
+    case hetps::v1::METHOD_PUSH_PULL:
+      Data(std::move(request), std::move(reply));
+      return;
+    default:
+      reply(absl::UnimplementedError(absl::StrFormat("unknown method %d", request.method)));
+  }
+}
+
+absl::Status Shard::CheckRank(uint32_t rank) const {
+  if (rank >= options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "worker rank %d is out of range: this job has %d workers", rank, options_.num_workers));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
+  HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
+  if (hello.protocol_version() != hetps::v1::PROTOCOL_VERSION_CURRENT) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("client speaks protocol version %d; this server speaks version %d",
+                        hello.protocol_version(), hetps::v1::PROTOCOL_VERSION_CURRENT));
+  }
+  if (hello.job_id() != options_.job_id) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client belongs to job '%s'; this server serves job '%s'", hello.job_id(),
+        options_.job_id));
+  }
+  if (hello.world_size() != options_.num_workers) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client says the job has %d workers; this server was started for %d (--num_workers)",
+        hello.world_size(), options_.num_workers));
+  }
+  HETPS_RETURN_IF_ERROR(CheckRank(hello.worker_rank()));
+  if (hello.num_shards() != options_.num_shards || hello.shard_index() != options_.shard_index) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "client lists this server as shard %d of %d, but it is shard %d of %d "
+        "(check the order of the server list)",
+        hello.shard_index(), hello.num_shards(), options_.shard_index, options_.num_shards));
+  }
+  hetps::v1::HelloResponse response;
+  response.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+  response.set_job_id(options_.job_id);
+  response.set_shard_index(options_.shard_index);
+  response.set_num_shards(options_.num_shards);
+  response.set_num_workers(options_.num_workers);
+  response.set_max_message_bytes(options_.max_message_bytes);
+  return HeaderResponse(response);
+}
+
+void Shard::Declare(transport::Request request, transport::ReplyCallback reply) {
+  absl::StatusOr<hetps::v1::DeclareRequest> declare = CheckDeclaration(request);
+  if (!declare.ok()) {
+    reply(declare.status());
+    return;
+  }
+  const hetps::v1::TensorDecl& decl = declare->tensor();
+  const Tensor* tensor = table_.Find(decl.key());
+  bool created = false;
+  if (tensor == nullptr) {
+    absl::StatusOr<std::unique_ptr<Tensor>> built = BuildTensor(decl);
+    if (!built.ok()) {
+      reply(built.status());
+      return;
+    }
+    std::tie(tensor, created) = table_.Insert(*std::move(built));
+  }
+  if (!created) {
+    if (std::string mismatch = DescribeMismatch(tensor->decl, decl); !mismatch.empty()) {
+      reply(absl::AlreadyExistsError(absl::StrFormat(
+          "tensor '%s' is already declared differently: %s", decl.name(), mismatch)));
+      return;
+    }
+  }
+  absl::StatusOr<std::vector<DataItem>> values = ResolveInitialValues(*tensor, *declare,
+                                                                      request.payload);
+  if (!values.ok()) {
+    reply(values.status());
+    return;
+  }
+  hetps::v1::DeclareResponse response;
+  response.set_created(created);
+  response.set_num_partitions(tensor->layout.num_partitions());
+  response.set_owned_partitions(static_cast<uint32_t>(
+      std::count_if(tensor->partitions.begin(), tensor->partitions.end(),
+                    [](const auto& p) { return p != nullptr; })));
+  if (values->empty()) {
+    reply(HeaderResponse(response));
+    return;
+  }
+  // The values are written by the partitions' owner threads; the reply waits for them.
+  std::vector<hetps::v1::PartitionItem> metas(values->size());
+  auto pending = std::make_shared<PendingRequest>(std::move(metas), /*returns_weights=*/false,
+                                                  std::move(reply), metrics_,
+                                                  response.SerializeAsString());
+  for (size_t slot = 0; slot < values->size(); ++slot) {
+    DataItem& item = (*values)[slot];
+    const bool posted = owners_[item.partition->owner()]->Post(
+        [pending, slot, partition = item.partition, payload = std::move(item.gradient)] {
+          partition->SetInitialValues(payload);
+          pending->CompleteItem(slot);
+        });
+    if (!posted) {
+      pending->Fail(absl::UnavailableError("the shard is shutting down"));
+      return;
+    }
+  }
+}
+
+absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
+    const transport::Request& request) const {
+  HETPS_ASSIGN_OR_RETURN(auto declare, ParseHeader<hetps::v1::DeclareRequest>(request.header));
+  HETPS_RETURN_IF_ERROR(CheckRank(declare.worker_rank()));
+  const hetps::v1::TensorDecl& decl = declare.tensor();
+  if (decl.name().empty()) return absl::InvalidArgumentError("a tensor needs a name");
+  if (decl.key() != TensorKeyFromName(decl.name())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "key %016x does not match tensor name '%s'", decl.key(), decl.name()));
+  }
+  if (decl.dtype() != hetps::v1::DTYPE_FP32) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor '%s': unsupported dtype %d", decl.name(), decl.dtype()));
+  }
+  if (decl.sync_mode() != hetps::v1::SYNC_MODE_BSP &&
+      decl.sync_mode() != hetps::v1::SYNC_MODE_ASP) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor '%s': unknown sync mode %d", decl.name(), decl.sync_mode()));
+  }
+  HETPS_RETURN_IF_ERROR(ValidateInitializer(decl.init()));
+  if (!declare.value_partitions().empty() &&
+      decl.init().kind() != hetps::v1::INIT_KIND_VALUES) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s': initial values sent, but its initializer is not 'values'", decl.name()));
+  }
+  return declare;
+}
+
+absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(
+    const Tensor& tensor, const hetps::v1::DeclareRequest& declare,
+    const transport::Payload& values) const {
+  if (declare.value_partitions().empty()) {
+    if (!values.empty()) {
+      return absl::InvalidArgumentError("a declaration without value partitions has a payload");
+    }
+    return std::vector<DataItem>();
+  }
+  // The values are checked like a push of those partitions.
+  google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem> items;
+  for (uint32_t partition : declare.value_partitions()) {
+    hetps::v1::PartitionItem* item = items.Add();
+    item->set_tensor_key(tensor.decl.key());
+    item->set_partition(partition);
+    item->set_dtype(tensor.decl.dtype());
+    item->set_num_bytes(partition < tensor.layout.num_partitions()
+                            ? tensor.layout.partition(partition).size * sizeof(float)
+                            : 0);
+  }
+  return ResolveItems(items, &values);
+}
+
+absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::TensorDecl& decl) {
+  HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
+                         PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
+  HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                         CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
+  auto tensor = std::make_unique<Tensor>(Tensor{decl, layout, std::move(optimizer), {}});
+  tensor->partitions.resize(layout.num_partitions());
+  for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
+    if (ShardOfPartition(decl.key(), p, options_.num_shards) != options_.shard_index) continue;
+    const PartitionRange range = layout.partition(p);
+    HETPS_ASSIGN_OR_RETURN(AlignedBuffer weights, InitialWeights(decl.init(), range));
+    Partition::Config config;
+    config.index = p;
+    config.range = range;
+    config.sync_mode = decl.sync_mode();
+    config.num_workers = options_.num_workers;
+    config.optimizer = tensor->optimizer.get();
+    config.owner = next_owner_.fetch_add(1) % owners_.size();
+    config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
+    HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
+  }
+  return tensor;
+}
+
+void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) {
+  absl::StatusOr<hetps::v1::BarrierRequest> barrier =
+      ParseHeader<hetps::v1::BarrierRequest>(request.header);
+  absl::Status status = barrier.status();
+  if (status.ok()) status = CheckRank(barrier->worker_rank());
+  if (status.ok() && barrier->generation() == 0) {
+    status = absl::InvalidArgumentError("barrier generations start at 1");
+  }
+  if (!status.ok()) {
+    reply(status);
+    return;
+  }
+  const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
+  barrier_.Arrive(barrier->worker_rank(), barrier->generation(), deadline, std::move(reply));
+}
+
+hetps::v1::StatsResponse Shard::Stats() const {
+  hetps::v1::StatsResponse stats;
+  stats.set_shard_index(options_.shard_index);
+  uint64_t min_version = UINT64_MAX;
+  uint64_t max_version = 0;
+  table_.ForEach([&](const Tensor& tensor) {
+    stats.set_num_tensors(stats.num_tensors() + 1);
+    for (const auto& partition : tensor.partitions) {
+      if (partition == nullptr) continue;
+      stats.set_num_partitions(stats.num_partitions() + 1);
+      stats.set_parameter_bytes(stats.parameter_bytes() + partition->parameter_bytes());
+      stats.set_optimizer_state_bytes(stats.optimizer_state_bytes() + partition->state_bytes());
+      min_version = std::min(min_version, partition->version());
+      max_version = std::max(max_version, partition->version());
+    }
+  });
+  stats.set_min_version(stats.num_partitions() == 0 ? 0 : min_version);
+  stats.set_max_version(max_version);
+  stats.set_data_requests(metrics_->data_requests.load());
+  stats.set_push_items(metrics_->push_items.load());
+  stats.set_pull_items(metrics_->pull_items.load());
+  stats.set_payload_bytes_received(metrics_->payload_bytes_received.load());
+  stats.set_payload_bytes_sent(metrics_->payload_bytes_sent.load());
+  stats.set_failed_requests(metrics_->failed_requests.load());
+  return stats;
+}
+
+}  // namespace hetps::server

@@ -1,0 +1,111 @@
+// Shard: the request handler of one ps-server shard. It answers the control calls (hello,
+// declare, barrier, stats) itself and hands the partitions of data calls (push, pull,
+// push-pull) to the threads that own them.
+//
+// A request is checked whole before anything is applied: an unknown tensor, a partition out of
+// range or owned by another shard, a wrong dtype or size, or a malformed header is answered with
+// a specific error and changes nothing.
+//
+// Thread-safe: HandleRequest may be called from any number of transport threads.
+#ifndef HETPS_SERVER_SHARD_H_
+#define HETPS_SERVER_SHARD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/task_thread.h"
+#include "common/timer_queue.h"
+#include "proto/ps.pb.h"
+#include "server/barrier.h"
+#include "server/metrics.h"
+#include "server/tensor_table.h"
+#include "transport/transport.h"
+
+namespace hetps::server {
+
+struct ShardOptions {
+  uint32_t shard_index = 0;
+  uint32_t num_shards = 1;
+  uint32_t num_workers = 1;
+  std::string job_id = "hetps";
+  // Owner threads that apply updates; partitions are spread over them.
+  int threads = 1;
+  // BSP: a push may be at most this many steps ahead of its partition's version.
+  uint32_t max_pending_steps = 4;
+  // Longest a pull or barrier waits, whatever deadline the caller sent.
+  absl::Duration max_wait = absl::Minutes(10);
+  // Reported to clients in Hello (the transport enforces it).
+  size_t max_message_bytes = 64 << 20;
+};
+
+class Shard final : public transport::RequestHandler {
+ public:
+  explicit Shard(const ShardOptions& options);
+  ~Shard() override;
+
+  void HandleRequest(transport::Request request, transport::ReplyCallback reply) override;
+
+  // Answers waiting pulls and barriers with Unavailable and stops the owner threads; later
+  // requests are answered Unavailable. Idempotent.
+  void Stop();
+
+  hetps::v1::StatsResponse Stats() const;
+
+ private:
+  // What a data request asks of each of its partitions.
+  struct DataCall {
+    bool push = false;
+    bool pull = false;
+    uint32_t rank = 0;
+    uint64_t step = 0;
+    uint64_t sequence = 0;
+    uint64_t min_version = 0;  // pull only
+  };
+  struct DataItem {
+    Partition* partition = nullptr;
+    const Tensor* tensor = nullptr;
+    hetps::v1::PartitionItem meta;
+    transport::Payload gradient;
+  };
+
+  absl::StatusOr<transport::Response> Hello(const transport::Request& request) const;
+  void Declare(transport::Request request, transport::ReplyCallback reply);
+  absl::StatusOr<hetps::v1::DeclareRequest> CheckDeclaration(
+      const transport::Request& request) const;
+  // The partitions whose initial values a declaration carries, checked like a push.
+  absl::StatusOr<std::vector<DataItem>> ResolveInitialValues(
+      const Tensor& tensor, const hetps::v1::DeclareRequest& declare,
+      const transport::Payload& values) const;
+  void Barrier(transport::Request request, transport::ReplyCallback reply);
+  void Data(transport::Request request, transport::ReplyCallback reply);
+
+  absl::Status CheckRank(uint32_t rank) const;
+  // Decodes and checks a push, pull or push-pull request.
+  absl::StatusOr<std::vector<DataItem>> ParseDataRequest(const transport::Request& request,
+                                                         DataCall* call) const;
+  // Looks up and checks a request's items; with `gradients`, also cuts the payload into them.
+  absl::StatusOr<std::vector<DataItem>> ResolveItems(
+      const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
+      const transport::Payload* gradients) const;
+  absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl);
+
+  // Constant after construction.
+  const ShardOptions options_;
+  const std::shared_ptr<ShardMetrics> metrics_;
+
+  std::unique_ptr<TimerQueue> timers_;
+  BarrierCoordinator barrier_;
+  TensorTable table_;
+  std::vector<std::unique_ptr<TaskThread>> owners_;
+  std::atomic<size_t> next_owner_{0};
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace hetps::server
+
+#endif  // HETPS_SERVER_SHARD_H_

@@ -1,0 +1,199 @@
+// The data path of a shard: push, pull and push-pull of partitions.
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "server/request_util.h"
+#include "server/shard.h"
+
+namespace hetps::server {
+namespace {
+
+// The version a push-pull returns: BSP waits for the step it pushed to be applied; ASP returns
+// the weights right after its own push was applied.
+uint64_t PushPullVersion(const Tensor& tensor, uint64_t step) {
+  return tensor.decl.sync_mode() == hetps::v1::SYNC_MODE_BSP ? step + 1 : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
+    const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
+    const transport::Payload* gradients) const {
+  if (items.empty()) return absl::InvalidArgumentError("the request lists no partitions");
+  std::vector<DataItem> resolved;
+  resolved.reserve(items.size());
+  absl::flat_hash_set<std::pair<uint64_t, uint32_t>> seen;
+  uint64_t offset = 0;
+  for (const hetps::v1::PartitionItem& item : items) {
+    const Tensor* tensor = table_.Find(item.tensor_key());
+    if (tensor == nullptr) {
+      return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared",
+                                                 item.tensor_key()));
+    }
+    const std::string& name = tensor->decl.name();
+    if (item.partition() >= tensor->layout.num_partitions()) {
+      return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d",
+                                                   name, tensor->layout.num_partitions(),
+                                                   item.partition() + 1));
+    }
+    Partition* partition = tensor->partitions[item.partition()].get();
+    if (partition == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "partition %d of tensor '%s' belongs to shard %d, not to this shard %d",
+          item.partition(), name,
+          ShardOfPartition(item.tensor_key(), item.partition(), options_.num_shards),
+          options_.shard_index));
+    }
+    if (item.dtype() != tensor->decl.dtype()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor '%s' holds dtype %d, the request says %d", name, tensor->decl.dtype(),
+          item.dtype()));
+    }
+    if (!seen.emplace(item.tensor_key(), item.partition()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "partition %d of tensor '%s' is listed twice", item.partition(), name));
+    }
+    DataItem& out = resolved.emplace_back();
+    out.partition = partition;
+    out.tensor = tensor;
+    out.meta = item;
+    if (gradients != nullptr) {
+      if (item.num_bytes() != partition->parameter_bytes()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "partition %d of tensor '%s' has %d bytes, the push carries %d", item.partition(),
+            name, partition->parameter_bytes(), item.num_bytes()));
+      }
+      if (item.num_bytes() > gradients->size() - offset) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "the payload of %d bytes ends before partition %d of tensor '%s'", gradients->size(),
+            item.partition(), name));
+      }
+      out.gradient = gradients->Subrange(offset, item.num_bytes());
+      offset += item.num_bytes();
+    }
+  }
+  if (gradients != nullptr && offset != gradients->size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the payload has %d bytes but the items account for %d", gradients->size(), offset));
+  }
+  return resolved;
+}
+
+absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
+    const transport::Request& request, DataCall* call) const {
+  if (request.method == hetps::v1::METHOD_PULL) {
+    HETPS_ASSIGN_OR_RETURN(auto pull, ParseHeader<hetps::v1::PullRequest>(request.header));
+    call->pull = true;
+    call->rank = pull.worker_rank();
+    call->min_version = pull.min_version();
+    HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
+    if (!request.payload.empty()) return absl::InvalidArgumentError("a pull carries no payload");
+    return ResolveItems(pull.items(), nullptr);
+  }
+  HETPS_ASSIGN_OR_RETURN(auto push, ParseHeader<hetps::v1::PushRequest>(request.header));
+  call->push = true;
+  call->pull = request.method == hetps::v1::METHOD_PUSH_PULL;
+  call->rank = push.worker_rank();
+  call->step = push.step();
+  call->sequence = push.sequence();
+  HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
+  HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items,
+                         ResolveItems(push.items(), &request.payload));
+  for (const DataItem& item : items) {
+    if (item.tensor->decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) continue;
+    // Versions only grow, so a step accepted here is still within the window on the owner.
+    const uint64_t version = item.partition->version();
+    if (call->step >= version + options_.max_pending_steps) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "step %d of tensor '%s' is too far ahead: partition %d is at version %d and at most "
+          "%d steps may be pending",
+          call->step, item.tensor->decl.name(), item.meta.partition(), version,
+          options_.max_pending_steps));
+    }
+  }
+  return items;
+}
+
+void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
+  ShardMetrics::Add(metrics_->data_requests, 1);
+  ShardMetrics::Add(metrics_->payload_bytes_received, request.payload.size());
+  DataCall call;
+  absl::StatusOr<std::vector<DataItem>> items = ParseDataRequest(request, &call);
+  if (!items.ok()) {
+    reply(items.status());
+    return;
+  }
+  ShardMetrics::Add(call.push ? metrics_->push_items : metrics_->pull_items, items->size());
+  if (call.push && call.pull) ShardMetrics::Add(metrics_->pull_items, items->size());
+
+  std::vector<hetps::v1::PartitionItem> metas;
+  metas.reserve(items->size());
+  for (const DataItem& item : *items) metas.push_back(item.meta);
+  auto pending =
+      std::make_shared<PendingRequest>(std::move(metas), call.pull, std::move(reply), metrics_);
+
+  if (call.pull) {
+    auto min_version = [&call](const DataItem& item) {
+      return call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+    };
+    const bool may_wait = call.push || std::any_of(items->begin(), items->end(), [&](auto& item) {
+      return item.partition->version() < min_version(item);
+    });
+    if (may_wait) {
+      const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
+      std::weak_ptr<PendingRequest> weak = pending;
+      const size_t total = items->size();
+      pending->SetDeadlineTimer(timers_.get(), timers_->Schedule(deadline, [weak, total] {
+        if (auto request = weak.lock()) {
+          request->Fail(absl::DeadlineExceededError(absl::StrFormat(
+              "%d of %d partitions did not reach the wanted version before the deadline "
+              "(is a worker missing?)",
+              request->remaining(), total)));
+        }
+      }));
+    }
+  }
+
+  // One task per owner thread, carrying that thread's items in request order.
+  std::vector<std::vector<size_t>> by_owner(owners_.size());
+  for (size_t slot = 0; slot < items->size(); ++slot) {
+    by_owner[(*items)[slot].partition->owner()].push_back(slot);
+  }
+  auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
+  for (size_t owner = 0; owner < owners_.size(); ++owner) {
+    if (by_owner[owner].empty()) continue;
+    const bool posted = owners_[owner]->Post(
+        [pending, shared_items, call, slots = std::move(by_owner[owner])]() mutable {
+          for (size_t slot : slots) {
+            DataItem& item = (*shared_items)[slot];
+            if (call.push) {
+              absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
+                                                         std::move(item.gradient));
+              if (!pushed.ok()) {
+                pending->Fail(pushed);
+                return;
+              }
+            }
+            if (call.pull) {
+              const uint64_t wanted =
+                  call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+              item.partition->Pull(wanted, pending, slot);
+            } else {
+              pending->CompleteItem(slot);
+            }
+          }
+        });
+    if (!posted) {
+      pending->Fail(absl::UnavailableError(
+          absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+      return;
+    }
+  }
+}
+
+}  // namespace hetps::server

@@ -1,0 +1,52 @@
+// The tensors declared on a shard. A tensor's declaration and partitions never change after it
+// is published and tensors are never removed, so a found pointer stays valid for the table's
+// lifetime.
+//
+// Thread-safe. Find() is on every request's path: each thread keeps its own cache of the
+// pointers it has looked up, so a hit takes no lock; only misses and Insert lock the table.
+#ifndef HETPS_SERVER_TENSOR_TABLE_H_
+#define HETPS_SERVER_TENSOR_TABLE_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
+#include "common/partitioning.h"
+#include "optimizer/optimizer.h"
+#include "proto/ps.pb.h"
+#include "server/partition.h"
+
+namespace hetps::server {
+
+struct Tensor {
+  hetps::v1::TensorDecl decl;  // as first declared
+  PartitionLayout layout;
+  std::unique_ptr<Optimizer> optimizer;
+  // By partition index; null where another shard owns the partition.
+  std::vector<std::unique_ptr<Partition>> partitions;
+};
+
+class TensorTable {
+ public:
+  TensorTable();
+
+  // Publishes `tensor` unless its key is taken. Returns the tensor now under the key and
+  // whether it is `tensor`.
+  std::pair<const Tensor*, bool> Insert(std::unique_ptr<Tensor> tensor);
+  const Tensor* Find(uint64_t key) const;
+  void ForEach(absl::FunctionRef<void(const Tensor&)> visit) const;
+
+ private:
+  const uint64_t instance_id_;  // tells the per-thread caches of several tables apart
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Tensor>> tensors_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps::server
+
+#endif  // HETPS_SERVER_TENSOR_TABLE_H_

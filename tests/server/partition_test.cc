@@ -1,0 +1,179 @@
+#include "server/partition.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "optimizer/registry.h"
+
+namespace hetps::server {
+namespace {
+
+using transport::AsBytes;
+using transport::Payload;
+
+class PartitionTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Partition> Make(hetps::v1::SyncMode mode, uint32_t workers, size_t n,
+                                  float initial = 0) {
+    auto sgd = CreateOptimizer("sgd", {{"lr", 0.1}});
+    EXPECT_TRUE(sgd.ok());
+    optimizer_ = *std::move(sgd);
+    Partition::Config config;
+    config.range = {0, n};
+    config.sync_mode = mode;
+    config.num_workers = workers;
+    config.optimizer = optimizer_.get();
+    absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
+    EXPECT_TRUE(weights.ok());
+    std::fill(weights->data(), weights->data() + n, initial);
+    auto partition = Partition::Create(config, *std::move(weights));
+    EXPECT_TRUE(partition.ok());
+    return *std::move(partition);
+  }
+
+  // The weights, through a pull that needs no wait.
+  std::vector<float> Read(Partition& partition) {
+    WeightsSnapshot snapshot = partition.Snapshot();
+    return std::vector<float>(snapshot.weights->data(),
+                              snapshot.weights->data() + snapshot.weights->size());
+  }
+
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// A payload split into odd-sized, unaligned pieces, as received network buffers can be.
+Payload Fragmented(const std::vector<float>& values, std::vector<std::string>* storage) {
+  const std::string bytes(reinterpret_cast<const char*>(values.data()),
+                          values.size() * sizeof(float));
+  Payload payload;
+  for (size_t offset = 0; offset < bytes.size(); offset += 7) {
+    storage->push_back(" " + bytes.substr(offset, 7));  // leading byte: misaligned
+  }
+  for (const std::string& piece : *storage) {
+    payload.Append(Payload::Borrow(transport::ByteSpan(
+        reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
+  }
+  return payload;
+}
+
+TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
+  const uint32_t workers = 4;
+  const size_t n = 257;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> wide(-1e7f, 1e7f);  // large spread: order matters in fp
+  std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
+  for (auto& g : grads) {
+    for (float& v : g) v = wide(rng);
+  }
+  std::vector<uint32_t> order(workers);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<float> first_result;
+  int permutations = 0;
+  do {
+    auto partition = Make(hetps::v1::SYNC_MODE_BSP, workers, n);
+    for (uint32_t rank : order) {
+      std::vector<std::string> storage;
+      ASSERT_TRUE(partition->Push(rank, 0, 0, Fragmented(grads[rank], &storage)).ok());
+      EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
+    }
+    std::vector<float> result = Read(*partition);
+    if (first_result.empty()) {
+      first_result = result;
+      // Rank-order sum, then SGD: exactly the single-process computation.
+      for (size_t i = 0; i < n; ++i) {
+        float sum = grads[0][i];
+        for (uint32_t r = 1; r < workers; ++r) sum += grads[r][i];
+        ASSERT_EQ(result[i], 0.0f - 0.1f * sum) << i;
+      }
+    } else {
+      ASSERT_EQ(0, std::memcmp(result.data(), first_result.data(), n * sizeof(float)));
+    }
+    ++permutations;
+  } while (std::next_permutation(order.begin(), order.end()));
+  EXPECT_EQ(permutations, 24);
+}
+
+TEST_F(PartitionTest, BspRetriesAreRecognised) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());  // a retry: not counted twice
+  EXPECT_EQ(partition->version(), 0u);
+  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());
+  EXPECT_EQ(partition->version(), 1u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
+  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());  // late retry of an applied step
+  EXPECT_EQ(partition->version(), 1u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
+}
+
+TEST_F(PartitionTest, BspStepsAheadWaitForTheirTurn) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  // Worker 0 runs ahead by a step; nothing is applied until step 0 is complete.
+  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 1, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(1, 1, 0, payload).ok());
+  EXPECT_EQ(partition->version(), 0u);
+  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());
+  EXPECT_EQ(partition->version(), 2u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.4f);
+}
+
+TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 2, 16);
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ASSERT_TRUE(partition->Push(0, 0, 10, payload).ok());
+  EXPECT_EQ(partition->version(), 1u);
+  ASSERT_TRUE(partition->Push(0, 0, 10, payload).ok());  // retry
+  EXPECT_EQ(partition->version(), 1u);
+  ASSERT_TRUE(partition->Push(1, 0, 3, payload).ok());  // another worker's own sequence
+  ASSERT_TRUE(partition->Push(0, 1, 11, payload).ok());
+  EXPECT_EQ(partition->version(), 3u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
+}
+
+TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
+  WeightsSnapshot before = partition->Snapshot();
+  std::vector<float> g(16, 10.0f);
+  ASSERT_TRUE(partition->Push(0, 0, 1, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  EXPECT_EQ(before.version, 0u);
+  EXPECT_EQ(before.weights->data()[0], 5.0f);  // copy-on-write kept the sent buffer intact
+  EXPECT_EQ(Read(*partition)[0], 4.0f);
+}
+
+TEST_F(PartitionTest, PullWaitsForTheVersion) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 1, 16);
+  absl::Notification replied;
+  absl::StatusOr<transport::Response> result;
+  hetps::v1::PartitionItem item;
+  auto request = std::make_shared<PendingRequest>(
+      std::vector<hetps::v1::PartitionItem>{item}, true,
+      [&](absl::StatusOr<transport::Response> r) {
+        result = std::move(r);
+        replied.Notify();
+      },
+      std::make_shared<ShardMetrics>());
+  partition->Pull(1, request, 0);
+  EXPECT_FALSE(replied.HasBeenNotified());
+  std::vector<float> g(16, 1.0f);
+  ASSERT_TRUE(partition->Push(0, 0, 0, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  ASSERT_TRUE(replied.HasBeenNotified());
+  ASSERT_TRUE(result.ok());
+  hetps::v1::PullResponse response;
+  ASSERT_TRUE(response.ParseFromString(result->header));
+  EXPECT_EQ(response.items(0).version(), 1u);
+  EXPECT_EQ(result->payload.size(), 16 * sizeof(float));
+}
+
+}  // namespace
+}  // namespace hetps::server

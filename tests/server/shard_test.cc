@@ -1,0 +1,340 @@
+// Every kind of bad request a shard can get is answered with its own error code, changes
+// nothing, and leaves the shard serving the others. Requests are sent raw, as a faulty or
+// hostile client would, over each transport.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/partitioning.h"
+#include "gtest/gtest.h"
+#include "proto/ps.pb.h"
+#include "tests/testing/test_cluster.h"
+#include "transport/grpc/grpc_transport.h"
+
+namespace hetps::server {
+namespace {
+
+using transport::AsBytes;
+using transport::Payload;
+
+constexpr uint64_t kElements = 100;
+constexpr uint64_t kPartitionElements = 32;  // 4 partitions: 32, 32, 32, 4 (aligned to 16)
+
+class ShardTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ServerOptions base;
+    base.max_pending_steps = 2;
+    auto cluster = testing::TestCluster::Start(GetParam(), 2, 2, base);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    transport_ = cluster_->inproc();
+    if (transport_ == nullptr) transport_ = transport::NewGrpcTransport({});
+    auto connection =
+        transport_->Connect(cluster_->addresses()[0], absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    shard0_ = *std::move(connection);
+
+    key_ = TensorKeyFromName("t");
+    for (uint32_t p = 0; p < 4; ++p) {
+      (ShardOfPartition(key_, p, 2) == 0 ? mine_ : theirs_).push_back(p);
+    }
+    ASSERT_FALSE(mine_.empty());
+    ASSERT_FALSE(theirs_.empty());
+    ASSERT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(Decl())).ok());
+  }
+
+  void TearDown() override {
+    if (shard0_) shard0_->Shutdown();
+  }
+
+  absl::StatusOr<transport::Response> Call(uint32_t method, const google::protobuf::Message& header,
+                                           Payload payload = Payload(),
+                                           absl::Duration timeout = absl::Seconds(10)) {
+    transport::Request request;
+    request.method = method;
+    request.header = header.SerializeAsString();
+    request.payload = std::move(payload);
+    request.deadline = absl::Now() + timeout;
+    absl::Notification done;
+    absl::StatusOr<transport::Response> result;
+    shard0_->Call(std::move(request), [&](absl::StatusOr<transport::Response> r) {
+      result = std::move(r);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return result;
+  }
+
+  hetps::v1::TensorDecl Decl() const {
+    hetps::v1::TensorDecl decl;
+    decl.set_name("t");
+    decl.set_key(key_);
+    decl.set_num_elements(kElements);
+    decl.set_dtype(hetps::v1::DTYPE_FP32);
+    decl.set_sync_mode(hetps::v1::SYNC_MODE_BSP);
+    decl.set_partition_elements(kPartitionElements);
+    decl.mutable_init()->set_kind(hetps::v1::INIT_KIND_CONSTANT);
+    decl.mutable_init()->set_a(1.5);
+    decl.mutable_optimizer()->set_name("sgd");
+    (*decl.mutable_optimizer()->mutable_params())["lr"] = 0.1;
+    return decl;
+  }
+
+  static hetps::v1::DeclareRequest DeclareOf(const hetps::v1::TensorDecl& decl) {
+    hetps::v1::DeclareRequest request;
+    request.set_worker_rank(0);
+    *request.mutable_tensor() = decl;
+    return request;
+  }
+
+  uint64_t PartitionBytes(uint32_t p) const {
+    return (p == 3 ? kElements - 3 * kPartitionElements : kPartitionElements) * sizeof(float);
+  }
+
+  hetps::v1::PartitionItem Item(uint32_t partition, uint64_t bytes) const {
+    hetps::v1::PartitionItem item;
+    item.set_tensor_key(key_);
+    item.set_partition(partition);
+    item.set_dtype(hetps::v1::DTYPE_FP32);
+    item.set_num_bytes(bytes);
+    return item;
+  }
+
+  hetps::v1::PushRequest Push(std::vector<hetps::v1::PartitionItem> items, uint64_t step = 0,
+                              uint32_t rank = 0) const {
+    hetps::v1::PushRequest request;
+    request.set_worker_rank(rank);
+    request.set_step(step);
+    request.set_sequence(1);
+    for (auto& item : items) *request.add_items() = item;
+    return request;
+  }
+
+  Payload Gradient(uint64_t bytes) {
+    buffers_.push_back(std::vector<float>(bytes / sizeof(float), 1.0f));
+    return Payload::Borrow(AsBytes(absl::MakeConstSpan(buffers_.back())));
+  }
+
+  // Pulls this shard's partitions of "t" and checks they still hold the initial value at
+  // version 0.
+  void ExpectUnchanged() {
+    hetps::v1::PullRequest pull;
+    for (uint32_t p : mine_) *pull.add_items() = Item(p, 0);
+    absl::StatusOr<transport::Response> response = Call(hetps::v1::METHOD_PULL, pull);
+    ASSERT_TRUE(response.ok()) << response.status();
+    hetps::v1::PullResponse header;
+    ASSERT_TRUE(header.ParseFromString(response->header));
+    for (const auto& item : header.items()) EXPECT_EQ(item.version(), 0u);
+    std::string bytes = response->payload.ToString();
+    const float* values = reinterpret_cast<const float*>(bytes.data());
+    for (size_t i = 0; i < bytes.size() / sizeof(float); ++i) ASSERT_EQ(values[i], 1.5f) << i;
+  }
+
+  std::unique_ptr<testing::TestCluster> cluster_;
+  std::shared_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::Connection> shard0_;
+  uint64_t key_ = 0;
+  std::vector<uint32_t> mine_, theirs_;
+  std::vector<std::vector<float>> buffers_;
+};
+
+TEST_P(ShardTest, HelloChecksVersionJobWorldSizeAndPlace) {
+  hetps::v1::HelloRequest hello;
+  hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+  hello.set_job_id("hetps");
+  hello.set_world_size(2);
+  hello.set_worker_rank(1);
+  hello.set_shard_index(0);
+  hello.set_num_shards(2);
+  absl::StatusOr<transport::Response> ok = Call(hetps::v1::METHOD_HELLO, hello);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  hetps::v1::HelloResponse response;
+  ASSERT_TRUE(response.ParseFromString(ok->header));
+  EXPECT_EQ(response.shard_index(), 0u);
+  EXPECT_EQ(response.num_workers(), 2u);
+  EXPECT_GT(response.max_message_bytes(), 0u);
+
+  auto expect = [&](hetps::v1::HelloRequest bad, absl::StatusCode code, const char* words) {
+    absl::Status status = Call(hetps::v1::METHOD_HELLO, bad).status();
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_NE(status.message().find(words), absl::string_view::npos) << status;
+  };
+  hetps::v1::HelloRequest bad = hello;
+  bad.set_protocol_version(99);
+  expect(bad, absl::StatusCode::kFailedPrecondition, "protocol version 99");
+  bad = hello;
+  bad.set_world_size(3);
+  expect(bad, absl::StatusCode::kFailedPrecondition, "3 workers");
+  bad = hello;
+  bad.set_job_id("other");
+  expect(bad, absl::StatusCode::kFailedPrecondition, "job 'other'");
+  bad = hello;
+  bad.set_shard_index(1);
+  expect(bad, absl::StatusCode::kFailedPrecondition, "shard 1 of 2");
+  bad = hello;
+  bad.set_worker_rank(2);
+  expect(bad, absl::StatusCode::kInvalidArgument, "rank 2");
+}
+
+TEST_P(ShardTest, BadDeclarationsAreRefused) {
+  auto expect = [&](const hetps::v1::DeclareRequest& request, absl::StatusCode code,
+                    Payload payload = Payload()) {
+    absl::Status status = Call(hetps::v1::METHOD_DECLARE, request, std::move(payload)).status();
+    EXPECT_EQ(status.code(), code) << status;
+  };
+  hetps::v1::TensorDecl decl = Decl();
+  decl.set_name("");
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl = Decl();
+  decl.set_key(key_ + 1);
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl = Decl();
+  decl.set_dtype(hetps::v1::DTYPE_UNSPECIFIED);
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl = Decl();
+  decl.set_sync_mode(hetps::v1::SYNC_MODE_UNSPECIFIED);
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl = Decl();
+  decl.set_name("u");
+  decl.set_key(TensorKeyFromName("u"));
+  decl.mutable_optimizer()->set_name("no-such-rule");
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  (*decl.mutable_optimizer()->mutable_params())["lr"] = -1;
+  decl.mutable_optimizer()->set_name("sgd");
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl = Decl();
+  decl.set_name("v");
+  decl.set_key(TensorKeyFromName("v"));
+  decl.set_partition_elements(30);  // not a multiple of 16
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  decl.set_partition_elements(32);
+  decl.mutable_init()->set_kind(hetps::v1::INIT_KIND_UNIFORM);
+  decl.mutable_init()->set_a(1);
+  decl.mutable_init()->set_b(0);
+  expect(DeclareOf(decl), absl::StatusCode::kInvalidArgument);
+  // Values for a tensor whose initializer is not "values".
+  hetps::v1::DeclareRequest with_values = DeclareOf(Decl());
+  with_values.add_value_partitions(mine_[0]);
+  expect(with_values, absl::StatusCode::kInvalidArgument, Gradient(PartitionBytes(mine_[0])));
+  // Worker rank out of range.
+  hetps::v1::DeclareRequest bad_rank = DeclareOf(Decl());
+  bad_rank.set_worker_rank(5);
+  expect(bad_rank, absl::StatusCode::kInvalidArgument);
+
+  // Same name, other shape: AlreadyExists, and the tensor keeps its shape and values.
+  decl = Decl();
+  decl.set_num_elements(kElements * 2);
+  absl::Status exists = Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)).status();
+  EXPECT_EQ(exists.code(), absl::StatusCode::kAlreadyExists) << exists;
+  EXPECT_NE(exists.message().find("100 elements"), absl::string_view::npos) << exists;
+  // Declaring identically again is fine.
+  absl::StatusOr<transport::Response> again = Call(hetps::v1::METHOD_DECLARE, DeclareOf(Decl()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  hetps::v1::DeclareResponse response;
+  ASSERT_TRUE(response.ParseFromString(again->header));
+  EXPECT_FALSE(response.created());
+  EXPECT_EQ(response.num_partitions(), 4u);
+  EXPECT_EQ(response.owned_partitions(), mine_.size());
+  ExpectUnchanged();
+  EXPECT_EQ(cluster_->shard(0).Stats().num_tensors(), 1u);
+}
+
+TEST_P(ShardTest, BadPushesAreRefusedWithSpecificCodes) {
+  const uint32_t p = mine_[0];
+  const uint64_t bytes = PartitionBytes(p);
+  auto expect = [&](uint32_t method, const google::protobuf::Message& header, Payload payload,
+                    absl::StatusCode code) {
+    absl::Status status = Call(method, header, std::move(payload)).status();
+    EXPECT_EQ(status.code(), code) << status;
+  };
+  hetps::v1::PartitionItem unknown = Item(p, bytes);
+  unknown.set_tensor_key(12345);
+  expect(hetps::v1::METHOD_PUSH, Push({unknown}), Gradient(bytes), absl::StatusCode::kNotFound);
+  expect(hetps::v1::METHOD_PUSH, Push({Item(4, 16)}), Gradient(16), absl::StatusCode::kOutOfRange);
+  expect(hetps::v1::METHOD_PUSH, Push({Item(theirs_[0], PartitionBytes(theirs_[0]))}),
+         Gradient(PartitionBytes(theirs_[0])), absl::StatusCode::kFailedPrecondition);
+  hetps::v1::PartitionItem wrong_dtype = Item(p, bytes);
+  wrong_dtype.set_dtype(hetps::v1::DTYPE_UNSPECIFIED);
+  expect(hetps::v1::METHOD_PUSH, Push({wrong_dtype}), Gradient(bytes),
+         absl::StatusCode::kInvalidArgument);
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes - 4)}), Gradient(bytes - 4),
+         absl::StatusCode::kInvalidArgument);  // size mismatch
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes)}), Gradient(bytes - 4),
+         absl::StatusCode::kInvalidArgument);  // payload shorter than announced
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes)}), Gradient(bytes + 4),
+         absl::StatusCode::kInvalidArgument);  // payload longer than announced
+  expect(hetps::v1::METHOD_PUSH, Push({}), Payload(), absl::StatusCode::kInvalidArgument);
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes)}, 0, /*rank=*/7), Gradient(bytes),
+         absl::StatusCode::kInvalidArgument);
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes)}, /*step=*/5), Gradient(bytes),
+         absl::StatusCode::kFailedPrecondition);  // too far ahead
+  // The same partition twice in one push.
+  Payload twice = Gradient(bytes);
+  twice.Append(Gradient(bytes));
+  expect(hetps::v1::METHOD_PUSH, Push({Item(p, bytes), Item(p, bytes)}), twice,
+         absl::StatusCode::kInvalidArgument);
+  // A malformed header and an unknown method.
+  hetps::v1::PushRequest empty;
+  expect(hetps::v1::METHOD_PUSH, empty, Payload(), absl::StatusCode::kInvalidArgument);
+  expect(99, empty, Payload(), absl::StatusCode::kUnimplemented);
+  ExpectUnchanged();
+}
+
+TEST_P(ShardTest, RequestWithOneBadItemAppliesNone) {
+  // Both workers push every partition of this shard, but worker 1's request also names an
+  // unknown tensor: it must be refused whole, so no step completes.
+  std::vector<hetps::v1::PartitionItem> good;
+  Payload payload;
+  for (uint32_t p : mine_) {
+    good.push_back(Item(p, PartitionBytes(p)));
+    payload.Append(Gradient(PartitionBytes(p)));
+  }
+  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 0), payload).ok());
+  std::vector<hetps::v1::PartitionItem> mixed = good;
+  hetps::v1::PartitionItem unknown = Item(0, 4);
+  unknown.set_tensor_key(777);
+  mixed.push_back(unknown);
+  Payload mixed_payload = payload;
+  mixed_payload.Append(Gradient(4));
+  EXPECT_EQ(Call(hetps::v1::METHOD_PUSH, Push(mixed, 0, 1), mixed_payload).status().code(),
+            absl::StatusCode::kNotFound);
+  ExpectUnchanged();
+  EXPECT_EQ(cluster_->shard(0).Stats().max_version(), 0u);
+  // The good request from worker 1 completes the step.
+  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 1), payload).ok());
+  EXPECT_EQ(cluster_->shard(0).Stats().min_version(), 1u);
+}
+
+TEST_P(ShardTest, PullOfAVersionThatNeverComesEndsAtTheDeadline) {
+  hetps::v1::PullRequest pull;
+  pull.set_min_version(1);
+  *pull.add_items() = Item(mine_[0], 0);
+  const absl::Time start = absl::Now();
+  absl::Status status =
+      Call(hetps::v1::METHOD_PULL, pull, Payload(), absl::Milliseconds(300)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ExpectUnchanged();
+}
+
+TEST_P(ShardTest, StatsReportSizesAndFailures) {
+  const hetps::v1::StatsResponse before = cluster_->shard(0).Stats();
+  EXPECT_EQ(before.num_tensors(), 1u);
+  EXPECT_EQ(before.num_partitions(), mine_.size());
+  uint64_t bytes = 0;
+  for (uint32_t p : mine_) bytes += PartitionBytes(p);
+  EXPECT_EQ(before.parameter_bytes(), bytes);
+  EXPECT_EQ(before.optimizer_state_bytes(), 0u);  // sgd keeps no state
+  hetps::v1::PushRequest empty;
+  EXPECT_FALSE(Call(hetps::v1::METHOD_PUSH, empty).ok());
+  EXPECT_EQ(cluster_->shard(0).Stats().failed_requests(), before.failed_requests() + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ShardTest, ::testing::Values("inproc", "grpc"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace hetps::server

@@ -1,0 +1,37 @@
+// LocalCluster: ps-server processes on 127.0.0.1 for integration tests. Each shard picks a free
+// port and reports it through --port_file; every shard runs with --lifetime_s so it ends by
+// itself even if the test does not stop it.
+#ifndef HETPS_TESTS_TESTING_LOCAL_CLUSTER_H_
+#define HETPS_TESTS_TESTING_LOCAL_CLUSTER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tests/testing/subprocess.h"
+
+namespace hetps::testing {
+
+class LocalCluster {
+ public:
+  // Starts the shards and waits (bounded) until all listen.
+  absl::Status Start(int num_shards, int num_workers,
+                     const std::vector<std::string>& extra_flags = {});
+
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  // "a:1,b:2", as --servers takes it.
+  std::string servers_flag() const;
+  Subprocess& shard(int i) { return *shards_[i]; }
+  std::string shard_log(int i) const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<Subprocess>> shards_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace hetps::testing
+
+#endif  // HETPS_TESTS_TESTING_LOCAL_CLUSTER_H_

@@ -1,0 +1,89 @@
+#include "tests/testing/subprocess.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/time/clock.h"
+
+namespace hetps::testing {
+
+std::string BinaryPath(const std::string& relative) {
+  const char* dir = std::getenv("HETPS_BINARY_DIR");
+  return std::string(dir != nullptr ? dir : ".") + "/" + relative;
+}
+
+std::string MakeTempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string path = std::string(base != nullptr ? base : "/tmp") + "/hetps-test-XXXXXX";
+  if (mkdtemp(path.data()) == nullptr) return "";
+  return path;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+Subprocess::Subprocess(const std::vector<std::string>& argv, const std::string& output_path) {
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ == 0) {
+    // Die with the test, whatever happens to it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    const int fd = open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Subprocess::~Subprocess() {
+  if (!started() || exit_code_.has_value()) return;
+  Signal(SIGTERM);
+  if (!Wait(absl::Seconds(5)).has_value()) {
+    Signal(SIGKILL);
+    Wait(absl::Seconds(5));
+  }
+}
+
+std::optional<int> Subprocess::Wait(absl::Duration timeout) {
+  if (exit_code_.has_value() || !started()) return exit_code_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
+    }
+    if (done < 0 || absl::Now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Subprocess::Signal(int signal) {
+  if (started() && !exit_code_.has_value()) kill(pid_, signal);
+}
+
+bool Subprocess::running() { return started() && !Wait(absl::ZeroDuration()).has_value(); }
+
+}  // namespace hetps::testing

@@ -1,0 +1,53 @@
+// Subprocess: a child process for multi-process tests. The child gets SIGKILL if the test
+// process dies (PR_SET_PDEATHSIG), so nothing outlives a crashed test; the destructor ends a
+// child that is still running.
+//
+//   Subprocess server({BinaryPath("server/ps-server"), "--port_file", file}, log_path);
+//   ASSERT_TRUE(server.started());
+//   std::optional<int> code = server.Wait(absl::Seconds(30));
+#ifndef HETPS_TESTS_TESTING_SUBPROCESS_H_
+#define HETPS_TESTS_TESTING_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace hetps::testing {
+
+// The path of a program built by this project, e.g. "server/ps-server" (from
+// $HETPS_BINARY_DIR, which ctest sets to the build directory).
+std::string BinaryPath(const std::string& relative);
+
+// A fresh, empty directory for one test's files.
+std::string MakeTempDir();
+
+class Subprocess {
+ public:
+  // Starts argv[0] with the given arguments; stdout and stderr go to `output_path`.
+  Subprocess(const std::vector<std::string>& argv, const std::string& output_path);
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  // The exit code (128 + signal if it was killed), or nullopt if still running at the timeout.
+  std::optional<int> Wait(absl::Duration timeout);
+  void Signal(int signal);
+  bool running();
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+std::string ReadFile(const std::string& path);
+
+}  // namespace hetps::testing
+
+#endif  // HETPS_TESTS_TESTING_SUBPROCESS_H_

@@ -1,0 +1,201 @@
+// What the gRPC transport does with frames that do not follow the protocol: a server refuses
+// them with a specific error and keeps serving everyone else.
+#include <memory>
+#include <string>
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "proto/frame.pb.h"
+#include "transport/grpc/frame_codec.h"
+#include "transport/grpc/grpc_transport.h"
+
+namespace hetps::transport {
+namespace {
+
+class EchoHandler : public RequestHandler {
+ public:
+  void HandleRequest(Request request, ReplyCallback reply) override {
+    Response response;
+    response.header = request.header;
+    response.payload = request.payload;
+    reply(std::move(response));
+  }
+};
+
+absl::StatusOr<Response> CallAndWait(Connection& connection, Request request) {
+  absl::Notification done;
+  absl::StatusOr<Response> result;
+  connection.Call(std::move(request), [&](absl::StatusOr<Response> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+Request Echo(std::string header, Payload payload = Payload()) {
+  Request request;
+  request.method = 1;
+  request.header = std::move(header);
+  request.payload = std::move(payload);
+  request.deadline = absl::Now() + absl::Seconds(10);
+  return request;
+}
+
+// Sends raw bytes as one message on a stream and returns the first reply (or the stream's
+// status), with a deadline.
+struct RawResult {
+  grpc::Status status;
+  bool got_message = false;
+  grpc::ByteBuffer message;
+};
+
+RawResult SendRaw(const std::string& address, const std::string& method,
+                  const grpc::ByteBuffer& frame) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::CompletionQueue queue;
+  auto call = stub.PrepareCall(&context, method, &queue);
+  RawResult result;
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  queue.Next(&tag, &ok);
+  call->Write(frame, reinterpret_cast<void*>(2));
+  queue.Next(&tag, &ok);
+  call->Read(&result.message, reinterpret_cast<void*>(3));
+  queue.Next(&tag, &ok);
+  result.got_message = ok;
+  call->WritesDone(reinterpret_cast<void*>(4));
+  queue.Next(&tag, &ok);
+  call->Finish(&result.status, reinterpret_cast<void*>(5));
+  while (queue.Next(&tag, &ok)) {
+    if (tag == reinterpret_cast<void*>(5)) break;
+  }
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  return result;
+}
+
+class GrpcFrameTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TransportOptions server_options;
+    server_options.max_message_bytes = 1 << 20;
+    server_transport_ = NewGrpcTransport(server_options);
+    auto listener = server_transport_->Listen("127.0.0.1:0", &handler_);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+  }
+
+  std::unique_ptr<Connection> Connect(size_t max_message_bytes) {
+    TransportOptions options;
+    options.max_message_bytes = max_message_bytes;
+    client_transports_.push_back(NewGrpcTransport(options));
+    auto connection = client_transports_.back()->Connect(listener_->address(),
+                                                         absl::Now() + absl::Seconds(10));
+    EXPECT_TRUE(connection.ok()) << connection.status();
+    return connection.ok() ? *std::move(connection) : nullptr;
+  }
+
+  EchoHandler handler_;
+  std::shared_ptr<Transport> server_transport_;
+  std::vector<std::shared_ptr<Transport>> client_transports_;
+  std::unique_ptr<Listener> listener_;
+};
+
+TEST_F(GrpcFrameTest, FrameOverTheServersLimitIsRefusedAndOthersAreServed) {
+  // This client allows larger frames than the server does.
+  std::unique_ptr<Connection> big_client = Connect(8 << 20);
+  std::unique_ptr<Connection> other_client = Connect(8 << 20);
+  ASSERT_NE(big_client, nullptr);
+  ASSERT_NE(other_client, nullptr);
+  ASSERT_TRUE(CallAndWait(*other_client, Echo("before")).ok());
+
+  std::vector<uint8_t> big(2 << 20, 1);
+  absl::StatusOr<Response> refused =
+      CallAndWait(*big_client, Echo("big", Payload::Borrow(big)));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+
+  absl::StatusOr<Response> other = CallAndWait(*other_client, Echo("after"));
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->header, "after");
+  // The refused client reconnects on its next call.
+  absl::StatusOr<Response> again = CallAndWait(*big_client, Echo("again"));
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+TEST_F(GrpcFrameTest, TruncatedFrameGetsInvalidArgumentForItsCall) {
+  hetps::v1::FrameHeader header;
+  header.set_call_id(42);
+  header.set_method(1);
+  std::vector<uint8_t> bytes(100, 3);
+  grpc::ByteBuffer frame = grpc_internal::EncodeFrame(header, Payload::Borrow(bytes));
+  // Re-encode with a header that announces more payload than follows.
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(frame.Dump(&slices).ok());
+  std::string flat;
+  for (const auto& slice : slices) flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  flat.resize(flat.size() - 10);
+  grpc::Slice truncated(flat);
+  RawResult result = SendRaw(listener_->address(), grpc_internal::kStreamMethod,
+                             grpc::ByteBuffer(&truncated, 1));
+  ASSERT_TRUE(result.got_message);
+  grpc_internal::DecodeError error;
+  absl::StatusOr<grpc_internal::Frame> reply = grpc_internal::DecodeFrame(result.message, &error);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->header.call_id(), 42u);
+  EXPECT_EQ(reply->header.status_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_NE(reply->header.status_message().find("truncated"), std::string::npos);
+}
+
+TEST_F(GrpcFrameTest, GarbageFrameEndsOnlyItsOwnStream) {
+  std::unique_ptr<Connection> client = Connect(1 << 20);
+  ASSERT_NE(client, nullptr);
+  grpc::Slice garbage(std::string("\xff\xff\xff\x7f garbage"));
+  RawResult result = SendRaw(listener_->address(), grpc_internal::kStreamMethod,
+                             grpc::ByteBuffer(&garbage, 1));
+  EXPECT_FALSE(result.got_message);
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(CallAndWait(*client, Echo("fine")).ok());
+}
+
+TEST_F(GrpcFrameTest, UnknownGrpcMethodIsUnimplemented) {
+  grpc::Slice empty(std::string(""));
+  RawResult result = SendRaw(listener_->address(), "/hetps.v1.Transport/Nope",
+                             grpc::ByteBuffer(&empty, 1));
+  EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+TEST(FrameCodecTest, RoundTripsHeaderAndPayloadWithoutCopyingIt) {
+  hetps::v1::FrameHeader header;
+  header.set_call_id(7);
+  header.set_header("method header");
+  std::vector<float> values(1000, 2.5f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(values)));
+  grpc::ByteBuffer frame = grpc_internal::EncodeFrame(header, payload);
+  EXPECT_EQ(frame.Length(), grpc_internal::EncodedFrameSize(header, payload));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(frame.Dump(&slices).ok());
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_EQ(slices[1].begin(), reinterpret_cast<const uint8_t*>(values.data()));
+  grpc_internal::DecodeError error;
+  absl::StatusOr<grpc_internal::Frame> decoded = grpc_internal::DecodeFrame(frame, &error);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->header.call_id(), 7u);
+  EXPECT_EQ(decoded->header.header(), "method header");
+  EXPECT_EQ(decoded->payload.ToString(), payload.ToString());
+}
+
+}  // namespace
+}  // namespace hetps::transport

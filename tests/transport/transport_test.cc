@@ -1,0 +1,240 @@
+// Behaviour every Transport must have, run once per transport (in-process and gRPC).
+#include "transport/transport.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "transport/grpc/grpc_transport.h"
+#include "transport/inproc/inproc_transport.h"
+
+namespace hetps::transport {
+namespace {
+
+enum TestMethod : uint32_t { kEcho = 1, kNeverReply = 2, kFail = 3, kReplyLater = 4, kDeadline = 5 };
+
+// Echoes, fails, stays silent or answers from another thread, depending on the method.
+class TestHandler : public RequestHandler {
+ public:
+  ~TestHandler() override {
+    for (auto& thread : threads_) thread.join();
+    // Silent calls are answered at the end: a handler replies to every request once.
+    for (auto& reply : held_) reply(absl::CancelledError("test over"));
+  }
+
+  void HandleRequest(Request request, ReplyCallback reply) override {
+    switch (request.method) {
+      case kEcho: {
+        Response response;
+        response.header = request.header;
+        response.payload = request.payload;
+        reply(std::move(response));
+        return;
+      }
+      case kNeverReply: {
+        absl::MutexLock lock(&mu_);
+        held_.push_back(std::move(reply));
+        return;
+      }
+      case kFail:
+        reply(absl::PermissionDeniedError("handler says no: " + request.header));
+        return;
+      case kReplyLater: {
+        absl::MutexLock lock(&mu_);
+        threads_.emplace_back([reply = std::move(reply), header = request.header]() mutable {
+          absl::SleepFor(absl::Milliseconds(20));
+          Response response;
+          response.header = header;
+          reply(std::move(response));
+        });
+        return;
+      }
+      case kDeadline: {
+        Response response;
+        response.header = std::to_string(absl::ToInt64Milliseconds(request.deadline - absl::Now()));
+        reply(std::move(response));
+        return;
+      }
+    }
+    reply(absl::UnimplementedError("unknown test method"));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<ReplyCallback> held_;
+  std::vector<std::thread> threads_;
+};
+
+absl::StatusOr<Response> CallAndWait(Connection& connection, Request request) {
+  absl::Notification done;
+  absl::StatusOr<Response> result;
+  connection.Call(std::move(request), [&](absl::StatusOr<Response> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();  // every call has a deadline in these tests
+  return result;
+}
+
+Request MakeRequest(uint32_t method, std::string header, absl::Duration timeout = absl::Seconds(10)) {
+  Request request;
+  request.method = method;
+  request.header = std::move(header);
+  request.deadline = absl::Now() + timeout;
+  return request;
+}
+
+class TransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    TransportOptions options;
+    options.max_message_bytes = 4 << 20;
+    if (GetParam() == "inproc") {
+      transport_ = NewInProcTransport(options);
+      address_ = "test:0";
+    } else {
+      transport_ = NewGrpcTransport(options);
+      address_ = "127.0.0.1:0";
+    }
+    auto listener = transport_->Listen(address_, &handler_);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    auto connection = transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    connection_ = *std::move(connection);
+  }
+
+  void TearDown() override {
+    if (connection_) connection_->Shutdown();
+    if (listener_) listener_->Shutdown();
+  }
+
+  TestHandler handler_;
+  std::shared_ptr<Transport> transport_;
+  std::string address_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Connection> connection_;
+};
+
+TEST_P(TransportTest, EchoesHeaderAndMultiSegmentPayload) {
+  std::vector<float> a(100000), b(12345);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+  Request request = MakeRequest(kEcho, "header bytes");
+  request.payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(a)));
+  request.payload.Append(Payload::Borrow(AsBytes(absl::MakeConstSpan(b))));
+  absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->header, "header bytes");
+  ASSERT_EQ(response->payload.size(), (a.size() + b.size()) * sizeof(float));
+  std::vector<float> back(a.size() + b.size());
+  response->payload.CopyTo(0, AsWritableBytes(absl::MakeSpan(back)));
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(back[i], a[i]) << i;
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(back[a.size() + i], b[i]) << i;
+}
+
+TEST_P(TransportTest, HandlerErrorReachesTheCallerWithItsCode) {
+  absl::StatusOr<Response> response = CallAndWait(*connection_, MakeRequest(kFail, "x"));
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(response.status().message(), "handler says no: x");
+}
+
+TEST_P(TransportTest, UnansweredCallEndsAtItsDeadline) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Response> response =
+      CallAndWait(*connection_, MakeRequest(kNeverReply, "", absl::Milliseconds(200)));
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The connection still works.
+  EXPECT_TRUE(CallAndWait(*connection_, MakeRequest(kEcho, "after")).ok());
+}
+
+TEST_P(TransportTest, ServerSeesTheCallersDeadline) {
+  absl::StatusOr<Response> response =
+      CallAndWait(*connection_, MakeRequest(kDeadline, "", absl::Seconds(30)));
+  ASSERT_TRUE(response.ok()) << response.status();
+  const int remaining_ms = std::stoi(response->header);
+  EXPECT_GT(remaining_ms, 25000);
+  EXPECT_LE(remaining_ms, 30000);
+}
+
+TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
+  constexpr int kThreads = 4, kCalls = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::unique_ptr<absl::Notification>> done;
+      for (int i = 0; i < kCalls; ++i) done.push_back(std::make_unique<absl::Notification>());
+      std::vector<absl::StatusOr<Response>> results(kCalls);
+      for (int i = 0; i < kCalls; ++i) {
+        const uint32_t method = i % 3 == 0 ? kReplyLater : kEcho;
+        connection_->Call(MakeRequest(method, std::to_string(t * 100000 + i)),
+                          [&, i](absl::StatusOr<Response> r) {
+                            results[i] = std::move(r);
+                            done[i]->Notify();
+                          });
+      }
+      for (int i = 0; i < kCalls; ++i) {
+        done[i]->WaitForNotification();
+        if (results[i].ok() && results[i]->header == std::to_string(t * 100000 + i)) ++good;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), kThreads * kCalls);
+}
+
+TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {
+  std::vector<uint8_t> big(5 << 20, 7);
+  Request request = MakeRequest(kEcho, "");
+  request.payload = Payload::Borrow(big);
+  absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(CallAndWait(*connection_, MakeRequest(kEcho, "still here")).ok());
+}
+
+TEST_P(TransportTest, ShutdownCancelsOutstandingCallsAndRefusesNewOnes) {
+  absl::Notification done;
+  absl::Status status;
+  connection_->Call(MakeRequest(kNeverReply, ""), [&](absl::StatusOr<Response> r) {
+    status = r.status();
+    done.Notify();
+  });
+  connection_->Shutdown();
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(CallAndWait(*connection_, MakeRequest(kEcho, "")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(TransportTest, CallsToAStoppedListenerFailUnavailable) {
+  listener_->Shutdown();
+  absl::StatusOr<Response> response =
+      CallAndWait(*connection_, MakeRequest(kEcho, "", absl::Seconds(5)));
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable) << response.status();
+}
+
+TEST_P(TransportTest, ConnectingToNothingIsUnavailable) {
+  const std::string nowhere = GetParam() == "inproc" ? "nowhere:1" : "127.0.0.1:1";
+  auto connection = transport_->Connect(nowhere, absl::Now() + absl::Milliseconds(300));
+  EXPECT_EQ(connection.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_P(TransportTest, ListeningTwiceOnOneAddressFails) {
+  TestHandler other;
+  auto second = transport_->Listen(listener_->address(), &other);
+  EXPECT_FALSE(second.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TransportTest, ::testing::Values("inproc", "grpc"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace hetps::transport

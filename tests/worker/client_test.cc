@@ -1,0 +1,380 @@
+// The worker client against shards started in this process, once per transport.
+#include "worker/client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/partitioning.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_cluster.h"
+
+namespace hetps {
+namespace {
+
+using testing::TestCluster;
+
+TensorSpec Spec(const std::string& name, uint64_t n, double lr = 0.1,
+                SyncMode sync = SyncMode::kBsp) {
+  TensorSpec spec;
+  spec.name = name;
+  spec.num_elements = n;
+  spec.sync = sync;
+  spec.optimizer = {"sgd", {{"lr", lr}}};
+  return spec;
+}
+
+class ClientTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void StartCluster(int shards, int workers) {
+    auto cluster = TestCluster::Start(GetParam(), shards, workers);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+  std::unique_ptr<Client> NewClient(uint32_t rank) {
+    auto client = cluster_->NewClient(rank);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+  uint64_t TotalDataRequests() {
+    uint64_t total = 0;
+    for (size_t i = 0; i < cluster_->addresses().size(); ++i) {
+      total += cluster_->shard(static_cast<int>(i)).Stats().data_requests();
+    }
+    return total;
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_P(ClientTest, BspPushPullEqualsSingleProcessSgd) {
+  StartCluster(2, 2);
+  std::unique_ptr<Client> clients[] = {NewClient(0), NewClient(1)};
+  const uint64_t n = 1000;  // 4 partitions of 1 KiB over 2 shards
+  TensorId ids[2][2];
+  for (int r = 0; r < 2; ++r) {
+    auto big = clients[r]->Declare(Spec("big", n));
+    auto tiny = clients[r]->Declare(Spec("tiny", 3));
+    ASSERT_TRUE(big.ok()) << big.status();
+    ASSERT_TRUE(tiny.ok()) << tiny.status();
+    ids[r][0] = *big;
+    ids[r][1] = *tiny;
+  }
+  const int steps = 5;
+  auto gradient = [](int rank, int step, size_t i) {
+    return static_cast<float>((rank + 1) * 0.01 * std::sin(i + step * 7.0));
+  };
+  std::vector<float> weights[2][2];
+  std::thread workers[2];
+  for (int r = 0; r < 2; ++r) {
+    workers[r] = std::thread([&, r] {
+      std::vector<float> g_big(n), g_tiny(3);
+      weights[r][0].assign(n, 0);
+      weights[r][1].assign(3, 0);
+      for (int step = 0; step < steps; ++step) {
+        for (size_t i = 0; i < n; ++i) g_big[i] = gradient(r, step, i);
+        for (size_t i = 0; i < 3; ++i) g_tiny[i] = gradient(r, step, i + n);
+        const PushItem push[] = {{ids[r][0], g_big}, {ids[r][1], g_tiny}};
+        const PullItem pull[] = {{ids[r][0], absl::MakeSpan(weights[r][0])},
+                                 {ids[r][1], absl::MakeSpan(weights[r][1])}};
+        ASSERT_TRUE(clients[r]->PushPull(push, pull, step).Wait().ok());
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (size_t i = 0; i < n + 3; ++i) {
+    float reference = 0;
+    for (int step = 0; step < steps; ++step) {
+      reference -= 0.1f * (gradient(0, step, i) + gradient(1, step, i));
+    }
+    const float got0 = i < n ? weights[0][0][i] : weights[0][1][i - n];
+    const float got1 = i < n ? weights[1][0][i] : weights[1][1][i - n];
+    ASSERT_EQ(got0, reference) << i;
+    ASSERT_EQ(got1, reference) << i;
+  }
+}
+
+TEST_P(ClientTest, ManySmallTensorsArePackedIntoOneMessagePerShard) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  std::vector<TensorId> ids;
+  for (int t = 0; t < 100; ++t) {
+    auto id = client->Declare(Spec("small" + std::to_string(t), 3));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  std::vector<std::vector<float>> grads(100, std::vector<float>(3, 1.0f));
+  std::vector<PushItem> items;
+  for (int t = 0; t < 100; ++t) items.push_back({ids[t], grads[t]});
+  const uint64_t before = TotalDataRequests();
+  ASSERT_TRUE(client->Push(items, 0).Wait().ok());
+  EXPECT_EQ(TotalDataRequests() - before, 2u);  // 100 tensors, 2 shards, 2 messages
+  std::vector<float> back(3);
+  ASSERT_TRUE(client->Pull(ids[42], absl::MakeSpan(back), 1).Wait().ok());
+  EXPECT_FLOAT_EQ(back[0], -0.1f);
+}
+
+TEST_P(ClientTest, CallbacksRunOnceAndOperationsReportDone) {
+  StartCluster(1, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 10));
+  ASSERT_TRUE(id.ok());
+  std::vector<float> g(10, 1.0f), w(10);
+  std::atomic<int> calls{0};
+  absl::Notification called;
+  Operation op = client->PushPull(*id, g, absl::MakeSpan(w), 0, [&](const absl::Status& s) {
+    EXPECT_TRUE(s.ok()) << s;
+    ++calls;
+    called.Notify();
+  });
+  ASSERT_TRUE(op.Wait().ok());
+  EXPECT_TRUE(op.done());
+  EXPECT_TRUE(called.HasBeenNotified());  // the callback has run when Wait returns
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FLOAT_EQ(w[0], -0.1f);
+}
+
+TEST_P(ClientTest, PullWaitsForTheVersionItAsksFor) {
+  StartCluster(1, 2);
+  std::unique_ptr<Client> c0 = NewClient(0), c1 = NewClient(1);
+  auto id = c0->Declare(Spec("w", 64));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(c1->Declare(Spec("w", 64)).ok());
+  std::vector<float> w(64), g(64, 1.0f);
+  Operation pull = c0->Pull(*id, absl::MakeSpan(w), 1);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(pull.done());
+  ASSERT_TRUE(c0->Push(*id, g, 0).Wait().ok());
+  EXPECT_FALSE(pull.done());
+  ASSERT_TRUE(c1->Push(*id, g, 0).Wait().ok());
+  ASSERT_TRUE(pull.Wait().ok());
+  EXPECT_FLOAT_EQ(w[0], -0.2f);
+}
+
+TEST_P(ClientTest, InitialValuesAndInitializers) {
+  StartCluster(2, 2);
+  std::unique_ptr<Client> c0 = NewClient(0), c1 = NewClient(1);
+  std::vector<float> values(10000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
+  auto id = c0->Declare(Spec("init", values.size()), values);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(c1->Declare(Spec("init", values.size()), values).ok());
+  std::vector<float> back(values.size());
+  ASSERT_TRUE(c1->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  EXPECT_EQ(back, values);
+
+  TensorSpec uniform = Spec("uniform", 5000);
+  uniform.init = Initializer::Uniform(-2, 3, 99);
+  auto uid = c0->Declare(uniform);
+  ASSERT_TRUE(uid.ok()) << uid.status();
+  ASSERT_TRUE(c0->Pull(*uid, absl::MakeSpan(back.data(), 5000)).Wait().ok());
+  float low = 10, high = -10;
+  for (size_t i = 0; i < 5000; ++i) {
+    low = std::min(low, back[i]);
+    high = std::max(high, back[i]);
+  }
+  EXPECT_GE(low, -2.0f);
+  EXPECT_LT(high, 3.0f);
+  EXPECT_LT(low, -1.9f);
+  EXPECT_GT(high, 2.9f);
+  // The same rule on a differently partitioned cluster gives the same values.
+  auto other = TestCluster::Start(GetParam(), 3, 1);
+  ASSERT_TRUE(other.ok());
+  ClientOptions options = (*other)->ClientOptionsFor(0);
+  options.partition_bytes = 4096;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok());
+  auto uid2 = (*client)->Declare(uniform);
+  ASSERT_TRUE(uid2.ok());
+  std::vector<float> again(5000);
+  ASSERT_TRUE((*client)->Pull(*uid2, absl::MakeSpan(again)).Wait().ok());
+  EXPECT_TRUE(std::equal(again.begin(), again.end(), back.begin()));
+}
+
+TEST_P(ClientTest, BadCallsGetSpecificErrors) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 100));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(client->Declare(Spec("w", 200)).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client->Declare(Spec("w", 100, 0.5)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  std::vector<float> three(3);
+  EXPECT_EQ(client->Declare(Spec("x", 4), three).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Declare(Spec("", 4)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Declare(Spec("z", 0)).status().code(), absl::StatusCode::kInvalidArgument);
+  TensorSpec bad_optimizer = Spec("y", 4);
+  bad_optimizer.optimizer = {"sgd", {{"lr", -1}}};
+  EXPECT_EQ(client->Declare(bad_optimizer).status().code(), absl::StatusCode::kInvalidArgument);
+  bad_optimizer.optimizer = {"unknown", {}};
+  EXPECT_EQ(client->Declare(bad_optimizer).status().code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> g(100), w(100);
+  EXPECT_EQ(client->Push(12345, g, 0).Wait().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->Push(*id, three, 0).Wait().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Pull(*id, absl::MakeSpan(three)).Wait().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto other = client->Declare(Spec("other", 100));
+  ASSERT_TRUE(other.ok());
+  const PushItem push[] = {{*id, g}};
+  const PullItem pull[] = {{*other, absl::MakeSpan(w)}};
+  EXPECT_EQ(client->PushPull(push, pull, 0).Wait().code(), absl::StatusCode::kInvalidArgument);
+  // Nothing above changed the tensor.
+  ASSERT_TRUE(client->Pull(*id, absl::MakeSpan(w)).Wait().ok());
+  EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float v) { return v == 0; }));
+  EXPECT_EQ(cluster_->shard(0).Stats().max_version(), 0u);
+}
+
+TEST_P(ClientTest, CallsAfterShutdownFail) {
+  StartCluster(1, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 10));
+  ASSERT_TRUE(id.ok());
+  client->Shutdown();
+  client->Shutdown();  // idempotent
+  std::vector<float> v(10);
+  bool called = false;
+  EXPECT_EQ(client->Push(*id, v, 0, [&](const absl::Status& s) { called = !s.ok(); }).Wait().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(called);
+  EXPECT_EQ(client->Pull(*id, absl::MakeSpan(v)).Wait().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Declare(Spec("v", 3)).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Barrier().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->Stats().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(ClientTest, ShutdownEndsOutstandingOperations) {
+  StartCluster(1, 2);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 10));
+  ASSERT_TRUE(id.ok());
+  std::vector<float> w(10);
+  Operation waiting = client->Pull(*id, absl::MakeSpan(w), 5);  // never reached
+  client->Shutdown();
+  EXPECT_EQ(waiting.Wait().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_P(ClientTest, CreateRefusesInconsistentSettings) {
+  StartCluster(2, 2);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.world_size = 3;
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kFailedPrecondition);
+  options = cluster_->ClientOptionsFor(0);
+  std::swap(options.servers[0], options.servers[1]);
+  absl::Status swapped = Client::Create(options).status();
+  EXPECT_EQ(swapped.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(swapped.message().find("order"), absl::string_view::npos) << swapped;
+  options = cluster_->ClientOptionsFor(0);
+  options.job_id = "another-job";
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kFailedPrecondition);
+  options = cluster_->ClientOptionsFor(2);
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = cluster_->ClientOptionsFor(0);
+  options.partition_bytes = 1000;
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = cluster_->ClientOptionsFor(0);
+  options.servers.clear();
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options = cluster_->ClientOptionsFor(0);
+  options.transport = "carrier-pigeon";
+  options.transport_instance = nullptr;
+  EXPECT_EQ(Client::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(ClientTest, UnreachableShardFailsWithinTheConnectTimeout) {
+  StartCluster(1, 1);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.servers = {GetParam() == "inproc" ? "nowhere:1" : "127.0.0.1:1"};
+  options.connect_timeout = absl::Milliseconds(500);
+  const absl::Time start = absl::Now();
+  absl::Status status = Client::Create(options).status();
+  EXPECT_TRUE(status.code() == absl::StatusCode::kUnavailable ||
+              status.code() == absl::StatusCode::kDeadlineExceeded)
+      << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_P(ClientTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
+  StartCluster(2, 3);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (uint32_t r = 0; r < 3; ++r) clients.push_back(NewClient(r));
+  std::atomic<int> arrived{0};
+  std::atomic<int> early{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      for (int round = 0; round < 3; ++round) {
+        absl::SleepFor(absl::Milliseconds(10 * r));
+        arrived.fetch_add(1);
+        ASSERT_TRUE(clients[r]->Barrier().ok());
+        if (arrived.load() < 3 * (round + 1)) early.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(early.load(), 0);
+}
+
+TEST_P(ClientTest, BarrierWithAMissingWorkerEndsAtTheDeadline) {
+  StartCluster(1, 2);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.call_timeout = absl::Milliseconds(300);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok());
+  EXPECT_EQ((*client)->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClientTest, ::testing::Values("inproc", "grpc"),
+                         [](const auto& info) { return info.param; });
+
+// With every request delivered twice, shards recognise the copies: BSP results stay exact.
+TEST(ClientFaultTest, DuplicatedRequestsAreAppliedOnce) {
+  auto cluster = TestCluster::Start("inproc", 2, 2);
+  ASSERT_TRUE(cluster.ok());
+  (*cluster)->inproc()->SetFaults({.duplicate_requests = true});
+  auto c0 = (*cluster)->NewClient(0);
+  auto c1 = (*cluster)->NewClient(1);
+  ASSERT_TRUE(c0.ok() && c1.ok());
+  for (auto* c : {&*c0, &*c1}) {
+    ASSERT_TRUE((*c)->Declare(Spec("w", 500, 1.0, SyncMode::kBsp)).ok());
+    ASSERT_TRUE((*c)->Declare(Spec("a", 500, 1.0, SyncMode::kAsp)).ok());
+  }
+  const TensorId w = TensorKeyFromName("w");
+  const TensorId a = TensorKeyFromName("a");
+  std::vector<float> g(500, 1.0f), out0(500), out1(500);
+  for (int step = 0; step < 3; ++step) {
+    Operation p0 = (*c0)->PushPull(w, g, absl::MakeSpan(out0), step);
+    Operation p1 = (*c1)->PushPull(w, g, absl::MakeSpan(out1), step);
+    ASSERT_TRUE(p0.Wait().ok());
+    ASSERT_TRUE(p1.Wait().ok());
+    ASSERT_TRUE((*c0)->Push(a, g, step).Wait().ok());
+  }
+  EXPECT_EQ(out0[0], -6.0f);  // 3 steps x 2 workers x lr 1, each push counted once
+  EXPECT_EQ(out1[499], -6.0f);
+  ASSERT_TRUE((*c0)->Pull(a, absl::MakeSpan(out0)).Wait().ok());
+  EXPECT_EQ(out0[0], -3.0f);  // ASP: three pushes, each applied once
+}
+
+// A lost request ends its operation with DeadlineExceeded instead of waiting forever.
+TEST(ClientFaultTest, LostRequestEndsAtTheDeadline) {
+  auto cluster = TestCluster::Start("inproc", 1, 1);
+  ASSERT_TRUE(cluster.ok());
+  ClientOptions options = (*cluster)->ClientOptionsFor(0);
+  options.call_timeout = absl::Milliseconds(300);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok());
+  auto id = (*client)->Declare(Spec("w", 10));
+  ASSERT_TRUE(id.ok());
+  (*cluster)->inproc()->SetFaults({.drop_every_nth_request = 1});
+  std::vector<float> v(10);
+  EXPECT_EQ((*client)->Pull(*id, absl::MakeSpan(v)).Wait().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace hetps

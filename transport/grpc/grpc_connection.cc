@@ -1,0 +1,222 @@
+#include "transport/grpc/grpc_connection.h"
+
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/client_callback.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "transport/grpc/frame_codec.h"
+
+namespace hetps::transport::grpc_internal {
+
+// One bidirectional stream. It keeps itself alive (self_) until gRPC calls OnDone.
+//
+// Writes may be started from any thread, so the reactor holds one gRPC "hold" while the stream
+// is usable; the hold is removed once the read side has ended and no write is in flight.
+class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  ClientStream(std::string peer, std::shared_ptr<internal::CallTracker> tracker)
+      : peer_(std::move(peer)), tracker_(std::move(tracker)) {}
+
+  void Start(grpc::GenericStub* stub, std::shared_ptr<ClientStream> self) {
+    self_ = std::move(self);
+    stub->PrepareBidiStreamingCall(&context_, kStreamMethod, grpc::StubOptions(), this);
+    AddHold();  // after binding the stream, before StartCall
+    StartRead(&read_buffer_);
+    StartCall();
+  }
+
+  // Queues `frame` for call `id`. False if the stream has ended (the caller fails the call).
+  bool Send(uint64_t id, grpc::ByteBuffer frame) {
+    grpc::ByteBuffer* to_write = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return false;
+      calls_.insert(id);
+      writes_.push_back(std::move(frame));
+      if (!writing_) {
+        writing_ = true;
+        to_write = &writes_.front();
+      }
+    }
+    if (to_write != nullptr) StartWrite(to_write);
+    return true;
+  }
+
+  bool ended() {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  void Cancel() { context_.TryCancel(); }
+
+  // Waits (bounded) until gRPC has finished with the stream.
+  void AwaitDone(absl::Duration timeout) { done_.WaitForNotificationWithTimeout(timeout); }
+
+  void OnWriteDone(bool ok) override {
+    grpc::ByteBuffer* next = nullptr;
+    bool release_hold = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.pop_front();
+      if (!ok) {
+        // The stream is broken; queued frames will never go out. Their calls fail in OnDone.
+        ended_ = true;
+        writes_.clear();
+      }
+      if (!writes_.empty()) {
+        next = &writes_.front();
+      } else {
+        writing_ = false;
+        release_hold = TakeHoldLocked();
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (release_hold) RemoveHold();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndReadSide();
+      return;
+    }
+    DecodeError error;
+    absl::StatusOr<Frame> frame = DecodeFrame(read_buffer_, &error);
+    read_buffer_.Clear();
+    if (!frame.ok() || !frame->header.is_response()) {
+      LogError("bad frame from %s: %s; closing the stream", peer_,
+               frame.ok() ? "not a response" : frame.status().ToString());
+      Cancel();
+      EndReadSide();
+      return;
+    }
+    const uint64_t id = frame->header.call_id();
+    StartRead(&read_buffer_);  // the decoded frame holds its own references to the slices
+    {
+      absl::MutexLock lock(&mu_);
+      calls_.erase(id);
+    }
+    tracker_->Finish(id, ResponseFromFrame(*std::move(frame)));
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<ClientStream> keep = std::move(self_);  // released when this returns
+    absl::flat_hash_set<uint64_t> orphans;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      orphans.swap(calls_);
+    }
+    absl::Status error =
+        status.ok() ? absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"))
+                    : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                   absl::StrCat(peer_, ": ", status.error_message()));
+    for (uint64_t id : orphans) tracker_->Finish(id, error);
+    done_.Notify();
+  }
+
+ private:
+  void EndReadSide() {
+    bool release_hold;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      read_ended_ = true;
+      release_hold = TakeHoldLocked();
+    }
+    if (release_hold) RemoveHold();
+  }
+
+  // The hold goes once the read side has ended and no write is in flight.
+  bool TakeHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!read_ended_ || writing_ || hold_released_) return false;
+    hold_released_ = true;
+    return true;
+  }
+
+  const std::string peer_;
+  const std::shared_ptr<internal::CallTracker> tracker_;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer read_buffer_;
+  absl::Notification done_;
+  std::shared_ptr<ClientStream> self_;
+
+  absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+GrpcConnection::GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel,
+                               size_t max_message_bytes, TimerQueue* timers)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      stub_(channel_),
+      max_message_bytes_(max_message_bytes),
+      tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
+
+GrpcConnection::~GrpcConnection() { Shutdown(); }
+
+std::shared_ptr<ClientStream> GrpcConnection::CurrentStream() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return nullptr;
+  if (stream_ == nullptr || stream_->ended()) {
+    stream_ = std::make_shared<ClientStream>(address_, tracker_);
+    stream_->Start(&stub_, stream_);
+  }
+  return stream_;
+}
+
+void GrpcConnection::Call(Request request, ResponseCallback done) {
+  hetps::v1::FrameHeader header;
+  header.set_method(request.method);
+  header.set_header(std::move(request.header));
+  if (request.deadline != absl::InfiniteFuture()) {
+    header.set_timeout_us(
+        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - absl::Now())));
+  }
+  const size_t frame_size = EncodedFrameSize(header, request.payload);
+  if (frame_size > max_message_bytes_) {
+    done(absl::ResourceExhaustedError(absl::StrFormat(
+        "request of %d bytes exceeds the %d-byte message limit", frame_size, max_message_bytes_)));
+    return;
+  }
+  std::shared_ptr<ClientStream> stream = CurrentStream();
+  if (stream == nullptr) {
+    done(absl::FailedPreconditionError(absl::StrCat("connection to ", address_, " is shut down")));
+    return;
+  }
+  const uint64_t id = tracker_->Start(request.deadline, std::move(done));
+  header.set_call_id(id);
+  if (!stream->Send(id, EncodeFrame(std::move(header), request.payload))) {
+    tracker_->Finish(id, absl::UnavailableError(absl::StrCat("stream to ", address_, " ended")));
+  }
+}
+
+void GrpcConnection::Shutdown() {
+  std::shared_ptr<ClientStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stream = std::move(stream_);
+  }
+  tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
+  if (stream != nullptr) {
+    stream->Cancel();
+    stream->AwaitDone(absl::Seconds(5));
+  }
+}
+
+}  // namespace hetps::transport::grpc_internal

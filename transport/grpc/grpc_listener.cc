@@ -1,0 +1,239 @@
+#include "transport/grpc/grpc_listener.h"
+
+#include <deque>
+#include <utility>
+
+#include <grpc/grpc.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/support/server_callback.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "transport/grpc/frame_codec.h"
+
+namespace hetps::transport::grpc_internal {
+namespace {
+
+// How long Shutdown lets open streams finish before cancelling them.
+constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
+
+// The server end of one client's stream. Owned by itself (self_) until OnDone, and by the reply
+// callbacks handed to the RequestHandler, so a late reply never touches freed memory; after the
+// stream has finished, replies are dropped.
+class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  ServerStream(RequestHandler* handler, size_t max_message_bytes, std::string peer)
+      : handler_(handler), max_message_bytes_(max_message_bytes), peer_(std::move(peer)) {}
+
+  void Start(std::shared_ptr<ServerStream> self) {
+    self_ = std::move(self);
+    StartRead(&read_buffer_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      mu_.Lock();
+      read_ended_ = true;
+      UnlockAndFinishIfIdle();
+      return;
+    }
+    DecodeError error;
+    absl::StatusOr<Frame> frame = DecodeFrame(read_buffer_, &error);
+    read_buffer_.Clear();
+    if (!frame.ok() && !error.call_id.has_value()) {
+      // Without a call id the error cannot be answered; end the stream with it instead.
+      LogWarning("unreadable frame from %s: %s", peer_, frame.status().ToString());
+      mu_.Lock();
+      read_ended_ = true;
+      final_status_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   std::string(frame.status().message()));
+      UnlockAndFinishIfIdle();
+      return;
+    }
+    StartRead(&read_buffer_);
+    if (!frame.ok()) {
+      QueueReply(*error.call_id, frame.status());
+      return;
+    }
+    if (frame->header.is_response()) {
+      QueueReply(frame->header.call_id(),
+                 absl::InvalidArgumentError("a response frame was sent to a server"));
+      return;
+    }
+    Dispatch(*std::move(frame));
+  }
+
+  void OnWriteDone(bool ok) override {
+    mu_.Lock();
+    writes_.pop_front();
+    if (!ok) {
+      broken_ = true;
+      writes_.clear();
+    }
+    if (!writes_.empty() && !broken_) {
+      grpc::ByteBuffer* next = &writes_.front();
+      mu_.Unlock();
+      StartWrite(next);
+      return;
+    }
+    writing_ = false;
+    UnlockAndFinishIfIdle();
+  }
+
+  void OnCancel() override {
+    mu_.Lock();
+    broken_ = true;
+    final_status_ = grpc::Status::CANCELLED;
+    if (!writing_) writes_.clear();
+    UnlockAndFinishIfIdle();
+  }
+
+  void OnDone() override {
+    std::shared_ptr<ServerStream> keep = std::move(self_);  // released when this returns
+  }
+
+ private:
+  void Dispatch(Frame frame) {
+    Request request;
+    request.method = frame.header.method();
+    request.header = std::move(*frame.header.mutable_header());
+    request.payload = std::move(frame.payload);
+    if (frame.header.timeout_us() > 0) {
+      request.deadline = absl::Now() + absl::Microseconds(frame.header.timeout_us());
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+    }
+    const uint64_t id = frame.header.call_id();
+    std::shared_ptr<ServerStream> self = self_;
+    handler_->HandleRequest(std::move(request),
+                            [self = std::move(self), id](absl::StatusOr<Response> result) {
+                              self->QueueReply(id, std::move(result), /*answers_request=*/true);
+                            });
+  }
+
+  void QueueReply(uint64_t id, absl::StatusOr<Response> result, bool answers_request = false) {
+    if (result.ok()) {
+      const size_t size = EncodedFrameSize(ResponseHeader(id, result), result->payload);
+      if (size > max_message_bytes_) {
+        result = absl::ResourceExhaustedError(absl::StrFormat(
+            "response of %d bytes exceeds the %d-byte message limit", size, max_message_bytes_));
+      }
+    }
+    grpc::ByteBuffer frame =
+        EncodeFrame(ResponseHeader(id, result), result.ok() ? result->payload : Payload());
+    mu_.Lock();
+    if (answers_request) --in_flight_;
+    if (finished_ || broken_) {
+      UnlockAndFinishIfIdle();
+      return;
+    }
+    writes_.push_back(std::move(frame));
+    if (writing_) {
+      mu_.Unlock();
+      return;
+    }
+    writing_ = true;
+    grpc::ByteBuffer* to_write = &writes_.front();
+    mu_.Unlock();
+    StartWrite(to_write);
+  }
+
+  // Finishes the RPC once nothing more can be written: the client is gone (broken_), or it has
+  // stopped sending and every request has been answered. Never while a write is in flight.
+  // Finish is called after unlocking: it may lead to OnDone, which can free this stream.
+  void UnlockAndFinishIfIdle() ABSL_UNLOCK_FUNCTION(mu_) {
+    const bool drained = read_ended_ && in_flight_ == 0 && writes_.empty();
+    if (finished_ || writing_ || (!broken_ && !drained)) {
+      mu_.Unlock();
+      return;
+    }
+    finished_ = true;
+    grpc::Status status = final_status_;
+    mu_.Unlock();
+    Finish(std::move(status));
+  }
+
+  RequestHandler* const handler_;
+  const size_t max_message_bytes_;
+  const std::string peer_;
+  grpc::ByteBuffer read_buffer_;
+  std::shared_ptr<ServerStream> self_;
+
+  absl::Mutex mu_;
+  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+class GrpcListener::Service final : public grpc::CallbackGenericService {
+ public:
+  Service(RequestHandler* handler, size_t max_message_bytes)
+      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context)
+      override {
+    if (context->method() != kStreamMethod) {
+      return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
+    }
+    auto stream = std::make_shared<ServerStream>(handler_, max_message_bytes_, context->peer());
+    ServerStream* reactor = stream.get();
+    reactor->Start(std::move(stream));
+    return reactor;
+  }
+
+ private:
+  RequestHandler* const handler_;
+  const size_t max_message_bytes_;
+};
+
+absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::string& address,
+                                                                  RequestHandler* handler,
+                                                                  size_t max_message_bytes) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("address '", address, "' has no port"));
+  }
+  std::unique_ptr<GrpcListener> listener(new GrpcListener());
+  listener->service_ = std::make_unique<Service>(handler, max_message_bytes);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterCallbackGenericService(listener->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  // A second server on a busy port must fail, not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  listener->server_ = builder.BuildAndStart();
+  if (listener->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  listener->address_ = absl::StrCat(address.substr(0, colon), ":", port);
+  return listener;
+}
+
+GrpcListener::~GrpcListener() { Shutdown(); }
+
+void GrpcListener::Shutdown() {
+  {
+    absl::MutexLock lock(&shutdown_mu_);
+    if (shut_down_ || server_ == nullptr) return;
+    shut_down_ = true;
+  }
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  server_->Wait();
+}
+
+}  // namespace hetps::transport::grpc_internal

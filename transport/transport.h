@@ -1,0 +1,116 @@
+// The transport interface: asynchronous request/response between workers and shards.
+//
+// A Transport opens client Connections and server Listeners. A call is one Request (a method
+// number, a small serialized header and a Payload of tensor bytes) answered by one Response or an
+// error. Every call has a deadline; the transport completes it with DeadlineExceeded when no
+// response came by then. Implementations: gRPC (transport/grpc) and in-process (transport/inproc,
+// for unit tests). Nothing here depends on the implementation's own types.
+//
+//   HETPS_ASSIGN_OR_RETURN(std::shared_ptr<Transport> grpc, CreateTransport("grpc", {}));
+//   HETPS_ASSIGN_OR_RETURN(auto listener, grpc->Listen("127.0.0.1:0", &handler));
+//   HETPS_ASSIGN_OR_RETURN(auto connection, grpc->Connect(listener->address(), deadline));
+//   connection->Call(std::move(request), [](absl::StatusOr<Response> r) { ... });
+//
+// Thread safety: all methods of Transport, Connection and Listener may be called from any thread.
+// Lifetime: a Transport must outlive the connections and listeners it made.
+#ifndef HETPS_TRANSPORT_TRANSPORT_H_
+#define HETPS_TRANSPORT_TRANSPORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/payload.h"
+
+namespace hetps::transport {
+
+struct Request {
+  uint32_t method = 0;
+  std::string header;
+  Payload payload;
+  // Client side: when the caller stops waiting. Server side: the same moment, as received.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct Response {
+  std::string header;
+  Payload payload;
+};
+
+// Runs exactly once per call, on a transport thread. It must not block for long.
+using ResponseCallback = absl::AnyInvocable<void(absl::StatusOr<Response>)>;
+// Given to a RequestHandler; must be called exactly once, from any thread.
+using ReplyCallback = absl::AnyInvocable<void(absl::StatusOr<Response>)>;
+
+// The client end of a connection to one server.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  // Sends `request` and completes `done` with the server's response, or with:
+  //   DeadlineExceeded    no response by request.deadline
+  //   Unavailable         the connection broke or the server cannot be reached (retryable)
+  //   ResourceExhausted   the request is larger than the message size limit
+  //   Cancelled           the connection was shut down while the call was outstanding
+  //   FailedPrecondition  the connection was already shut down
+  // or the error status the server's handler replied with.
+  virtual void Call(Request request, ResponseCallback done) = 0;
+
+  // Completes outstanding calls with Cancelled and refuses later ones. Idempotent; bounded.
+  virtual void Shutdown() = 0;
+
+  virtual const std::string& address() const = 0;
+};
+
+// Server-side logic behind a Listener.
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+  // Handles one request and calls `reply` exactly once, now or later, from any thread. Runs on
+  // a transport thread: it must hand long work elsewhere instead of blocking.
+  virtual void HandleRequest(Request request, ReplyCallback reply) = 0;
+};
+
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // The address clients connect to, with the port resolved when 0 was asked for.
+  virtual std::string address() const = 0;
+  // Stops accepting, ends open connections and returns within a bounded time. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+struct TransportOptions {
+  // Largest frame (header + payload) sent or received; larger ones are refused with
+  // ResourceExhausted. Both ends of a connection must agree on it.
+  size_t max_message_bytes = 64 << 20;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual absl::string_view name() const = 0;
+
+  // Serves `handler` at `address` ("host:port"; port 0 picks a free port).
+  // REQUIRES: `handler` outlives the listener.
+  virtual absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address,
+                                                           RequestHandler* handler) = 0;
+
+  // Connects to `address`; Unavailable if it cannot be reached before `deadline`.
+  virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
+                                                              absl::Time deadline) = 0;
+};
+
+// Creates a transport by name: "grpc". (The in-process transport is made directly with
+// NewInProcTransport(), since both ends must share one instance.)
+absl::StatusOr<std::shared_ptr<Transport>> CreateTransport(absl::string_view name,
+                                                           const TransportOptions& options);
+
+}  // namespace hetps::transport
+
+#endif  // HETPS_TRANSPORT_TRANSPORT_H_

@@ -1,0 +1,133 @@
+// The hetps worker client: what a training job embeds to push gradients to the shards and pull
+// weights back.
+//
+//   hetps::ClientOptions options;
+//   options.servers = {"127.0.0.1:7000", "127.0.0.1:7001"};
+//   options.rank = rank;
+//   options.world_size = 2;
+//   absl::StatusOr<std::unique_ptr<hetps::Client>> client = hetps::Client::Create(options);
+//
+//   absl::StatusOr<hetps::TensorId> w = (*client)->Declare(spec);
+//   for (uint64_t step = 0; step < steps; ++step) {
+//     ComputeGradient(weights, gradient);
+//     absl::Status s = (*client)->PushPull(*w, gradient, weights, step).Wait();
+//   }
+//
+// Push, Pull and PushPull are asynchronous: they return an Operation at once; Wait() on it, or
+// pass a callback. Many tensors may go in one call: their partitions bound for the same shard
+// are packed together. The memory passed in must stay valid and unchanged until the operation
+// is done. Every message has a deadline (ClientOptions::call_timeout), so every operation ends.
+//
+// Thread safety: a Client may be used from several threads at once.
+#ifndef HETPS_WORKER_CLIENT_H_
+#define HETPS_WORKER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "worker/options.h"
+
+namespace hetps {
+
+// Identifies a declared tensor (derived from its name).
+using TensorId = uint64_t;
+
+// Runs once when an operation is done, on a client thread; it must not block.
+using DoneCallback = absl::AnyInvocable<void(const absl::Status&)>;
+
+namespace internal {
+class OperationState;
+}  // namespace internal
+
+// The handle of an asynchronous push or pull. Copyable; all copies refer to one operation.
+class Operation {
+ public:
+  // Blocks until the operation is done and returns its outcome: OK, or the first error of its
+  // messages. Returns only after no message of it can touch the caller's memory any more.
+  absl::Status Wait() const;
+  bool done() const;
+
+  explicit Operation(std::shared_ptr<internal::OperationState> state);
+
+ private:
+  std::shared_ptr<internal::OperationState> state_;
+};
+
+struct PushItem {
+  TensorId tensor = 0;
+  absl::Span<const float> gradient;  // the tensor's num_elements values
+};
+
+struct PullItem {
+  TensorId tensor = 0;
+  absl::Span<float> weights;  // receives the tensor's num_elements values
+};
+
+class Client {
+ public:
+  // Connects to every shard and checks that they agree with `options` (protocol version, job,
+  // world size, shard order). InvalidArgument for bad options; FailedPrecondition when a shard
+  // disagrees; Unavailable / DeadlineExceeded when a shard cannot be reached in
+  // options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+
+  virtual ~Client() = default;
+
+  // Declares a tensor on the shards (every worker declares the same tensors; declaring again
+  // with the same spec is fine, with a different one is AlreadyExists). `initial_values`, if
+  // not empty, holds num_elements values that replace spec.init; the first declaration's values
+  // are the ones kept. Blocking.
+  virtual absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
+                                           absl::Span<const float> initial_values = {}) = 0;
+
+  // Pushes the gradients of `step` (BSP: computed from the weights of version `step`).
+  virtual Operation Push(absl::Span<const PushItem> gradients, uint64_t step,
+                         DoneCallback done = nullptr) = 0;
+  // Pulls weights of at least version `min_version`, waiting for it if needed.
+  virtual Operation Pull(absl::Span<const PullItem> weights, uint64_t min_version = 0,
+                         DoneCallback done = nullptr) = 0;
+  // Pushes the gradients of `step` and pulls the weights after it: in BSP those of version
+  // step + 1 (after every worker's push of that step), in ASP those right after this push.
+  // `weights` must name the same tensors as `gradients`, in the same order.
+  virtual Operation PushPull(absl::Span<const PushItem> gradients,
+                             absl::Span<const PullItem> weights, uint64_t step,
+                             DoneCallback done = nullptr) = 0;
+
+  // Returns when every worker of the job has called Barrier as many times as this one.
+  virtual absl::Status Barrier() = 0;
+
+  // Figures of every shard, in shard-index order.
+  virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
+
+  // Ends outstanding operations with Cancelled and closes the connections; later calls fail
+  // with FailedPrecondition. Idempotent. The destructor calls it.
+  virtual void Shutdown() = 0;
+
+  // One-tensor forms of the calls above.
+  Operation Push(TensorId tensor, absl::Span<const float> gradient, uint64_t step,
+                 DoneCallback done = nullptr) {
+    const PushItem item{tensor, gradient};
+    return Push(absl::MakeConstSpan(&item, 1), step, std::move(done));
+  }
+  Operation Pull(TensorId tensor, absl::Span<float> weights, uint64_t min_version = 0,
+                 DoneCallback done = nullptr) {
+    const PullItem item{tensor, weights};
+    return Pull(absl::MakeConstSpan(&item, 1), min_version, std::move(done));
+  }
+  Operation PushPull(TensorId tensor, absl::Span<const float> gradient, absl::Span<float> weights,
+                     uint64_t step, DoneCallback done = nullptr) {
+    const PushItem push{tensor, gradient};
+    const PullItem pull{tensor, weights};
+    return PushPull(absl::MakeConstSpan(&push, 1), absl::MakeConstSpan(&pull, 1), step,
+                    std::move(done));
+  }
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_WORKER_CLIENT_H_

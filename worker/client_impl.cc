@@ -1,0 +1,485 @@
+// The worker client behind worker/client.h.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/partitioning.h"
+#include "common/status_macros.h"
+#include "common/timer_queue.h"
+#include "proto/ps.pb.h"
+#include "worker/client.h"
+#include "worker/internal/message_plan.h"
+#include "worker/internal/operation_state.h"
+#include "worker/internal/rpc.h"
+#include "worker/internal/shard_channel.h"
+
+namespace hetps {
+namespace {
+
+using internal::OperationState;
+using internal::Piece;
+using internal::PlannedMessage;
+using internal::ShardChannel;
+
+// Room for a message's header beside partition_bytes of payload.
+constexpr size_t kHeaderAllowance = 1 << 20;
+
+struct DeclaredTensor {
+  std::string name;
+  uint64_t num_elements;
+  PartitionLayout layout;
+};
+
+absl::Status ValidateOptions(const ClientOptions& options) {
+  if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
+  if (options.world_size == 0) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("rank %d is out of range for world_size %d", options.rank,
+                        options.world_size));
+  }
+  if (options.partition_bytes == 0 ||
+      options.partition_bytes % (kPartitionAlignElements * sizeof(float)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "partition_bytes %d is not a positive multiple of %d", options.partition_bytes,
+        kPartitionAlignElements * sizeof(float)));
+  }
+  if (options.partition_bytes + kHeaderAllowance > options.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "partition_bytes %d leaves no room for headers in messages of %d bytes "
+        "(max_message_bytes must be at least partition_bytes + 1 MiB)",
+        options.partition_bytes, options.max_message_bytes));
+  }
+  if (options.call_timeout <= absl::ZeroDuration() ||
+      options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("call_timeout and connect_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+hetps::v1::Initializer InitializerProto(const Initializer& init, bool with_values) {
+  hetps::v1::Initializer proto;
+  if (with_values) {
+    proto.set_kind(hetps::v1::INIT_KIND_VALUES);
+    return proto;
+  }
+  switch (init.kind) {
+    case Initializer::Kind::kConstant:
+      proto.set_kind(hetps::v1::INIT_KIND_CONSTANT);
+      break;
+    case Initializer::Kind::kUniform:
+      proto.set_kind(hetps::v1::INIT_KIND_UNIFORM);
+      break;
+    case Initializer::Kind::kNormal:
+      proto.set_kind(hetps::v1::INIT_KIND_NORMAL);
+      break;
+  }
+  proto.set_a(init.a);
+  proto.set_b(init.b);
+  proto.set_seed(init.seed);
+  return proto;
+}
+
+ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
+  ShardStats stats;
+  stats.shard_index = proto.shard_index();
+  stats.num_tensors = proto.num_tensors();
+  stats.num_partitions = proto.num_partitions();
+  stats.parameter_bytes = proto.parameter_bytes();
+  stats.optimizer_state_bytes = proto.optimizer_state_bytes();
+  stats.data_requests = proto.data_requests();
+  stats.push_items = proto.push_items();
+  stats.pull_items = proto.pull_items();
+  stats.payload_bytes_received = proto.payload_bytes_received();
+  stats.payload_bytes_sent = proto.payload_bytes_sent();
+  stats.failed_requests = proto.failed_requests();
+  stats.min_version = proto.min_version();
+  stats.max_version = proto.max_version();
+  return stats;
+}
+
+// Copies a pull response into the pieces' destinations, after checking that it answers exactly
+// what was asked.
+absl::Status ScatterPulled(const std::vector<Piece>& pieces,
+                           absl::StatusOr<transport::Response> result) {
+  if (!result.ok()) return result.status();
+  hetps::v1::PullResponse response;
+  if (!response.ParseFromString(result->header)) {
+    return absl::InternalError("malformed pull response");
+  }
+  if (static_cast<size_t>(response.items_size()) != pieces.size()) {
+    return absl::InternalError(absl::StrFormat("pull response has %d items, %d were asked",
+                                               response.items_size(), pieces.size()));
+  }
+  size_t offset = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const hetps::v1::PartitionItem& item = response.items(static_cast<int>(i));
+    const Piece& piece = pieces[i];
+    if (item.tensor_key() != piece.tensor_key || item.partition() != piece.partition ||
+        item.num_bytes() != piece.bytes) {
+      return absl::InternalError("pull response does not match the request");
+    }
+    offset += piece.bytes;
+  }
+  if (offset != result->payload.size()) {
+    return absl::InternalError(absl::StrFormat("pull response carries %d bytes, %d expected",
+                                               result->payload.size(), offset));
+  }
+  offset = 0;
+  for (const Piece& piece : pieces) {
+    result->payload.CopyTo(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(piece.weights),
+                                                       piece.bytes));
+    offset += piece.bytes;
+  }
+  return absl::OkStatus();
+}
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport)
+      : options_(options),
+        transport_(std::move(transport)),
+        timers_(std::make_unique<TimerQueue>()),
+        next_sequence_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 10) {}
+
+  ~ClientImpl() override {
+    Shutdown();
+    timers_.reset();
+  }
+
+  absl::Status Connect();
+
+  absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
+                                   absl::Span<const float> initial_values) override;
+  Operation Push(absl::Span<const PushItem> gradients, uint64_t step,
+                 DoneCallback done) override {
+    return StartData(hetps::v1::METHOD_PUSH, gradients, {}, step, std::move(done));
+  }
+  Operation Pull(absl::Span<const PullItem> weights, uint64_t min_version,
+                 DoneCallback done) override {
+    return StartData(hetps::v1::METHOD_PULL, {}, weights, min_version, std::move(done));
+  }
+  Operation PushPull(absl::Span<const PushItem> gradients, absl::Span<const PullItem> weights,
+                     uint64_t step, DoneCallback done) override {
+    return StartData(hetps::v1::METHOD_PUSH_PULL, gradients, weights, step, std::move(done));
+  }
+  absl::Status Barrier() override;
+  absl::StatusOr<std::vector<ShardStats>> Stats() override;
+  void Shutdown() override;
+
+ private:
+  // The shard channels, or FailedPrecondition once shut down.
+  absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> Channels();
+  absl::StatusOr<const DeclaredTensor*> FindTensor(TensorId id);
+  // Cuts the items into per-shard pieces, checking each against its declaration.
+  absl::StatusOr<std::vector<std::vector<Piece>>> PlanPieces(hetps::v1::Method method,
+                                                             absl::Span<const PushItem> gradients,
+                                                             absl::Span<const PullItem> weights);
+  Operation StartData(hetps::v1::Method method, absl::Span<const PushItem> gradients,
+                      absl::Span<const PullItem> weights, uint64_t step_or_version,
+                      DoneCallback done);
+
+  const ClientOptions options_;
+  const std::shared_ptr<transport::Transport> transport_;
+  std::unique_ptr<TimerQueue> timers_;
+  std::atomic<uint64_t> next_sequence_;
+
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<ShardChannel>> channels_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<TensorId, std::unique_ptr<DeclaredTensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  uint64_t barrier_generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::Status ClientImpl::Connect() {
+  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  std::vector<std::shared_ptr<ShardChannel>> channels;
+  for (uint32_t shard = 0; shard < options_.servers.size(); ++shard) {
+    const std::string& address = options_.servers[shard];
+    absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
+        transport_->Connect(address, deadline);
+    if (!connection.ok()) {
+      return absl::Status(connection.status().code(),
+                          absl::StrFormat("shard %d (%s): %s", shard, address,
+                                          connection.status().message()));
+    }
+    channels.push_back(std::make_shared<ShardChannel>(shard, address, *std::move(connection),
+                                                      timers_.get()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    channels_ = channels;
+  }
+  std::vector<std::string> headers;
+  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
+    hetps::v1::HelloRequest hello;
+    hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+    hello.set_job_id(options_.job_id);
+    hello.set_worker_rank(options_.rank);
+    hello.set_world_size(options_.world_size);
+    hello.set_shard_index(shard);
+    hello.set_num_shards(static_cast<uint32_t>(channels.size()));
+    headers.push_back(hello.SerializeAsString());
+  }
+  HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
+                         internal::CallEach(channels, hetps::v1::METHOD_HELLO, headers, {},
+                                            deadline));
+  for (uint32_t shard = 0; shard < responses.size(); ++shard) {
+    hetps::v1::HelloResponse hello;
+    if (!hello.ParseFromString(responses[shard].header)) {
+      return absl::InternalError(absl::StrFormat("shard %d: malformed hello response", shard));
+    }
+    if (hello.max_message_bytes() < options_.partition_bytes + kHeaderAllowance) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "shard %d accepts messages of up to %d bytes, too few for partitions of %d bytes",
+          shard, hello.max_message_bytes(), options_.partition_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> ClientImpl::Channels() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::FailedPreconditionError("the client is shut down");
+  return channels_;
+}
+
+absl::StatusOr<const DeclaredTensor*> ClientImpl::FindTensor(TensorId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tensors_.find(id);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(
+        absl::StrFormat("tensor %016x was not declared by this client", id));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
+                                             absl::Span<const float> initial_values) {
+  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  if (spec.name.empty()) return absl::InvalidArgumentError("a tensor needs a name");
+  if (!initial_values.empty() && initial_values.size() != spec.num_elements) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s' has %d elements but %d initial values were given", spec.name,
+        spec.num_elements, initial_values.size()));
+  }
+  HETPS_ASSIGN_OR_RETURN(
+      PartitionLayout layout,
+      PartitionLayout::Create(spec.num_elements, options_.partition_bytes / sizeof(float)));
+  const TensorId key = TensorKeyFromName(spec.name);
+  hetps::v1::DeclareRequest request;
+  request.set_worker_rank(options_.rank);
+  hetps::v1::TensorDecl* decl = request.mutable_tensor();
+  decl->set_name(spec.name);
+  decl->set_key(key);
+  decl->set_num_elements(spec.num_elements);
+  decl->set_dtype(hetps::v1::DTYPE_FP32);
+  decl->set_sync_mode(spec.sync == SyncMode::kAsp ? hetps::v1::SYNC_MODE_ASP
+                                                  : hetps::v1::SYNC_MODE_BSP);
+  decl->set_partition_elements(layout.max_partition_elements());
+  *decl->mutable_init() = InitializerProto(spec.init, !initial_values.empty());
+  decl->mutable_optimizer()->set_name(spec.optimizer.name);
+  for (const auto& [name, value] : spec.optimizer.params) {
+    (*decl->mutable_optimizer()->mutable_params())[name] = value;
+  }
+
+  // One declaration per shard; with initial values, as many as it takes to carry each shard's
+  // partitions in messages of partition_bytes.
+  std::vector<std::vector<Piece>> pieces(channels.size());
+  if (!initial_values.empty()) {
+    for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
+      const PartitionRange range = layout.partition(p);
+      pieces[ShardOfPartition(key, p, static_cast<uint32_t>(channels.size()))].push_back(
+          Piece{key, p, range.size * sizeof(float), initial_values.data() + range.begin});
+    }
+  }
+  std::vector<PlannedMessage> messages = internal::PackMessages(pieces, options_.partition_bytes);
+  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
+    if (pieces[shard].empty()) messages.push_back(PlannedMessage{shard, 0, {}});
+  }
+  std::vector<std::shared_ptr<ShardChannel>> targets;
+  std::vector<std::string> headers;
+  std::vector<transport::Payload> payloads;
+  for (const PlannedMessage& message : messages) {
+    request.clear_value_partitions();
+    transport::Payload payload;
+    for (const Piece& piece : message.pieces) {
+      request.add_value_partitions(piece.partition);
+      payload.Append(transport::Payload::Borrow(transport::AsBytes(
+          absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+    }
+    targets.push_back(channels[message.shard]);
+    headers.push_back(request.SerializeAsString());
+    payloads.push_back(std::move(payload));
+  }
+  HETPS_RETURN_IF_ERROR(internal::CallEach(targets, hetps::v1::METHOD_DECLARE, headers, payloads,
+                                           absl::Now() + options_.call_timeout)
+                            .status());
+  absl::MutexLock lock(&mu_);
+  tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(
+                                DeclaredTensor{spec.name, spec.num_elements, layout}));
+  return key;
+}
+
+absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
+    hetps::v1::Method method, absl::Span<const PushItem> gradients,
+    absl::Span<const PullItem> weights) {
+  const bool push = method != hetps::v1::METHOD_PULL;
+  const bool pull = method != hetps::v1::METHOD_PUSH;
+  if (push && pull && gradients.size() != weights.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "push-pull of %d gradients into %d weights", gradients.size(), weights.size()));
+  }
+  const size_t count = push ? gradients.size() : weights.size();
+  const uint32_t num_shards = static_cast<uint32_t>(options_.servers.size());
+  std::vector<std::vector<Piece>> pieces(num_shards);
+  for (size_t i = 0; i < count; ++i) {
+    const TensorId id = push ? gradients[i].tensor : weights[i].tensor;
+    if (push && pull && weights[i].tensor != id) {
+      return absl::InvalidArgumentError(
+          "push-pull: the weights must name the same tensors as the gradients, in order");
+    }
+    HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
+    const size_t given = push ? gradients[i].gradient.size() : weights[i].weights.size();
+    const size_t other = push && pull ? weights[i].weights.size() : given;
+    if (given != tensor->num_elements || other != tensor->num_elements) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor '%s' has %d elements, %d were given", tensor->name, tensor->num_elements,
+          given != tensor->num_elements ? given : other));
+    }
+    for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
+      const PartitionRange range = tensor->layout.partition(p);
+      Piece piece{id, p, range.size * sizeof(float)};
+      if (push) piece.gradient = gradients[i].gradient.data() + range.begin;
+      if (pull) piece.weights = weights[i].weights.data() + range.begin;
+      pieces[ShardOfPartition(id, p, num_shards)].push_back(piece);
+    }
+  }
+  return pieces;
+}
+
+Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushItem> gradients,
+                                absl::Span<const PullItem> weights, uint64_t step_or_version,
+                                DoneCallback done) {
+  absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> channels = Channels();
+  if (!channels.ok()) return OperationState::Failed(channels.status(), std::move(done));
+  absl::StatusOr<std::vector<std::vector<Piece>>> pieces =
+      PlanPieces(method, gradients, weights);
+  if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done));
+  std::vector<PlannedMessage> messages =
+      internal::PackMessages(*std::move(pieces), options_.partition_bytes);
+
+  auto operation = std::make_shared<OperationState>(messages.size(), std::move(done));
+  const absl::Time deadline = absl::Now() + options_.call_timeout;
+  const bool push = method != hetps::v1::METHOD_PULL;
+  const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
+  for (PlannedMessage& message : messages) {
+    google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem> items;
+    transport::Payload payload;
+    for (const Piece& piece : message.pieces) {
+      hetps::v1::PartitionItem* item = items.Add();
+      item->set_tensor_key(piece.tensor_key);
+      item->set_partition(piece.partition);
+      item->set_dtype(hetps::v1::DTYPE_FP32);
+      if (push) {
+        item->set_num_bytes(piece.bytes);
+        payload.Append(transport::Payload::Borrow(transport::AsBytes(
+            absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+      }
+    }
+    std::string header;
+    if (push) {
+      hetps::v1::PushRequest request;
+      request.set_worker_rank(options_.rank);
+      request.set_step(step_or_version);
+      request.set_sequence(sequence);
+      *request.mutable_items() = std::move(items);
+      header = request.SerializeAsString();
+    } else {
+      hetps::v1::PullRequest request;
+      request.set_worker_rank(options_.rank);
+      request.set_min_version(step_or_version);
+      *request.mutable_items() = std::move(items);
+      header = request.SerializeAsString();
+    }
+    const bool pull = method != hetps::v1::METHOD_PUSH;
+    (*channels)[message.shard]->Call(
+        method, std::move(header), std::move(payload), deadline,
+        [operation, pull, pieces = std::move(message.pieces)](
+            absl::StatusOr<transport::Response> result) {
+          operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result))
+                                      : result.status());
+        });
+  }
+  return Operation(operation);
+}
+
+absl::Status ClientImpl::Barrier() {
+  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  hetps::v1::BarrierRequest request;
+  request.set_worker_rank(options_.rank);
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_generation(++barrier_generation_);
+  }
+  // Shard 0 coordinates barriers.
+  return internal::CallEach({channels[0]}, hetps::v1::METHOD_BARRIER,
+                            {request.SerializeAsString()}, {},
+                            absl::Now() + options_.call_timeout)
+      .status();
+}
+
+absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
+  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  std::vector<std::string> headers(channels.size(),
+                                   hetps::v1::StatsRequest().SerializeAsString());
+  HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
+                         internal::CallEach(channels, hetps::v1::METHOD_STATS, headers, {},
+                                            absl::Now() + options_.call_timeout));
+  std::vector<ShardStats> stats;
+  for (const transport::Response& response : responses) {
+    hetps::v1::StatsResponse proto;
+    if (!proto.ParseFromString(response.header)) {
+      return absl::InternalError("malformed stats response");
+    }
+    stats.push_back(StatsFromProto(proto));
+  }
+  return stats;
+}
+
+void ClientImpl::Shutdown() {
+  std::vector<std::shared_ptr<ShardChannel>> channels;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    channels = std::move(channels_);
+  }
+  for (const auto& channel : channels) channel->Shutdown();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
+  HETPS_RETURN_IF_ERROR(ValidateOptions(options));
+  std::shared_ptr<transport::Transport> transport = options.transport_instance;
+  if (transport == nullptr) {
+    transport::TransportOptions transport_options;
+    transport_options.max_message_bytes = options.max_message_bytes;
+    HETPS_ASSIGN_OR_RETURN(transport,
+                           transport::CreateTransport(options.transport, transport_options));
+  }
+  auto client = std::make_unique<ClientImpl>(options, std::move(transport));
+  HETPS_RETURN_IF_ERROR(client->Connect());
+  return client;
+}
+
+}  // namespace hetps

@@ -1,0 +1,120 @@
+// An example training job: linear regression on synthetic data, trained through hetps.
+// Each worker process computes the gradient on its own samples, pushes it and pulls the new
+// weights (one PushPull per step), and prints its loss.
+//
+//   linear_regression --servers 127.0.0.1:7000,127.0.0.1:7001 --rank 0 --world_size 2
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "worker/client.h"
+#include "worker/examples/linreg_model.h"
+
+ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-index order");
+ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
+ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
+ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
+ABSL_FLAG(int, steps, 50, "Training steps");
+ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
+ABSL_FLAG(double, lr, 0.25, "SGD learning rate (applied to the sum of the workers' gradients)");
+ABSL_FLAG(int, dim, 256, "Number of features");
+ABSL_FLAG(int, samples, 2048, "Samples per worker");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of the synthetic problem");
+ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes (a multiple of 64)");
+ABSL_FLAG(double, call_timeout_s, 60, "Deadline of each message to a shard, in seconds");
+ABSL_FLAG(std::string, output, "",
+          "If set, the final model (dim weights, then the bias) is written here as raw floats");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::StrContains(path, "linear_regression");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage("Trains a linear regression through a hetps cluster.");
+  absl::ParseCommandLine(argc, argv);
+
+  hetps::ClientOptions options;
+  options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
+  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
+  absl::StatusOr<std::unique_ptr<hetps::Client>> client = hetps::Client::Create(options);
+  if (!client.ok()) return Fail(client.status());
+
+  hetps::examples::LinregProblem problem;
+  problem.dim = absl::GetFlag(FLAGS_dim);
+  problem.samples_per_worker = absl::GetFlag(FLAGS_samples);
+  problem.seed = absl::GetFlag(FLAGS_seed);
+  const hetps::examples::WorkerData data = hetps::examples::MakeWorkerData(problem, options.rank);
+
+  const std::string sync = absl::GetFlag(FLAGS_sync);
+  if (sync != "bsp" && sync != "asp") {
+    return Fail(absl::InvalidArgumentError("--sync must be bsp or asp"));
+  }
+  hetps::TensorSpec weight_spec;
+  weight_spec.name = "linreg.weight";
+  weight_spec.num_elements = static_cast<uint64_t>(problem.dim);
+  weight_spec.sync = sync == "asp" ? hetps::SyncMode::kAsp : hetps::SyncMode::kBsp;
+  weight_spec.optimizer = {"sgd", {{"lr", absl::GetFlag(FLAGS_lr)}}};
+  hetps::TensorSpec bias_spec = weight_spec;
+  bias_spec.name = "linreg.bias";
+  bias_spec.num_elements = 1;
+
+  absl::StatusOr<hetps::TensorId> weight_id = (*client)->Declare(weight_spec);
+  if (!weight_id.ok()) return Fail(weight_id.status());
+  absl::StatusOr<hetps::TensorId> bias_id = (*client)->Declare(bias_spec);
+  if (!bias_id.ok()) return Fail(bias_id.status());
+
+  std::vector<float> w(problem.dim), grad_w(problem.dim);
+  float b = 0, grad_b = 0;
+  const hetps::PullItem model[] = {{*weight_id, absl::MakeSpan(w)},
+                                   {*bias_id, absl::MakeSpan(&b, 1)}};
+  const hetps::PushItem gradients[] = {{*weight_id, absl::MakeConstSpan(grad_w)},
+                                       {*bias_id, absl::MakeConstSpan(&grad_b, 1)}};
+  if (absl::Status s = (*client)->Pull(model).Wait(); !s.ok()) return Fail(s);
+
+  const int steps = absl::GetFlag(FLAGS_steps);
+  for (int step = 0; step < steps; ++step) {
+    const float loss = hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w),
+                                                        &grad_b);
+    std::printf("rank %u step %d loss %.6f\n", options.rank, step, loss);
+    std::fflush(stdout);
+    absl::Status s = (*client)->PushPull(gradients, model, static_cast<uint64_t>(step)).Wait();
+    if (!s.ok()) return Fail(s);
+  }
+  const float final_loss =
+      hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w), &grad_b);
+  std::printf("rank %u final loss %.6f after %d steps\n", options.rank, final_loss, steps);
+
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (!output.empty()) {
+    std::ofstream out(output, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(w.data()),
+              static_cast<std::streamsize>(w.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(&b), sizeof(b));
+    if (!out.good()) return Fail(absl::InternalError("cannot write --output"));
+  }
+  (*client)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,38 @@
+// Planning the messages of one push or pull: each tensor is cut into its partitions, each
+// partition goes to its shard (common/partitioning.h), and the partitions bound for one shard
+// are packed into messages of at most `max_bytes` payload bytes and kMaxItemsPerMessage items
+// (a partition larger than max_bytes, which cannot happen with the client's own layout, would
+// travel alone). Messages are ordered round-robin over the shards so all shards start early.
+#ifndef HETPS_WORKER_INTERNAL_MESSAGE_PLAN_H_
+#define HETPS_WORKER_INTERNAL_MESSAGE_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace hetps::internal {
+
+inline constexpr size_t kMaxItemsPerMessage = 4096;
+
+// One partition's share of a push or pull.
+struct Piece {
+  uint64_t tensor_key = 0;
+  uint32_t partition = 0;
+  size_t bytes = 0;
+  const float* gradient = nullptr;  // push: where the partition's gradient starts
+  float* weights = nullptr;         // pull: where the partition's weights go
+};
+
+struct PlannedMessage {
+  uint32_t shard = 0;
+  size_t bytes = 0;
+  std::vector<Piece> pieces;
+};
+
+// REQUIRES: pieces_by_shard.size() is the number of shards.
+std::vector<PlannedMessage> PackMessages(std::vector<std::vector<Piece>> pieces_by_shard,
+                                         size_t max_bytes);
+
+}  // namespace hetps::internal
+
+#endif  // HETPS_WORKER_INTERNAL_MESSAGE_PLAN_H_

@@ -1,0 +1,59 @@
+#include "worker/internal/operation_state.h"
+
+#include <utility>
+
+namespace hetps {
+namespace internal {
+
+OperationState::OperationState(size_t messages, DoneCallback done, absl::Status status)
+    : remaining_(messages), status_(std::move(status)), callback_(std::move(done)) {
+  if (messages == 0) Finish();
+}
+
+Operation OperationState::Failed(const absl::Status& status, DoneCallback done) {
+  return Operation(std::make_shared<OperationState>(0, std::move(done), status));
+}
+
+void OperationState::MessageDone(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok() && !status.ok()) status_ = status;
+    if (--remaining_ > 0) return;
+  }
+  Finish();
+}
+
+void OperationState::Finish() {
+  DoneCallback callback;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    callback = std::move(callback_);
+    status = status_;
+  }
+  // The callback runs before waiters wake, so a Wait() that returns sees its effects.
+  if (callback) callback(status);
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+}
+
+absl::Status OperationState::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  return status_;
+}
+
+bool OperationState::done() {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+}  // namespace internal
+
+Operation::Operation(std::shared_ptr<internal::OperationState> state) : state_(std::move(state)) {}
+
+absl::Status Operation::Wait() const { return state_->Wait(); }
+
+bool Operation::done() const { return state_->done(); }
+
+}  // namespace hetps

@@ -1,0 +1,43 @@
+// OperationState: what an Operation handle refers to. An operation is a known number of
+// messages; it is done when every one of them has completed (so none can still write into the
+// caller's memory), and its outcome is the first error among them, or OK.
+//
+// Thread-safe.
+#ifndef HETPS_WORKER_INTERNAL_OPERATION_STATE_H_
+#define HETPS_WORKER_INTERNAL_OPERATION_STATE_H_
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/client.h"
+
+namespace hetps::internal {
+
+class OperationState {
+ public:
+  // With `messages` == 0 the operation is done at once, with `status`.
+  OperationState(size_t messages, DoneCallback done, absl::Status status = absl::OkStatus());
+
+  // An operation that failed before sending anything.
+  static Operation Failed(const absl::Status& status, DoneCallback done);
+
+  void MessageDone(const absl::Status& status);
+  absl::Status Wait();
+  bool done();
+
+ private:
+  void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Mutex mu_;
+  size_t remaining_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  DoneCallback callback_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps::internal
+
+#endif  // HETPS_WORKER_INTERNAL_OPERATION_STATE_H_

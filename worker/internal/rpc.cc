@@ -1,0 +1,46 @@
+#include "worker/internal/rpc.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace hetps::internal {
+
+absl::StatusOr<std::vector<transport::Response>> CallEach(
+    const std::vector<std::shared_ptr<ShardChannel>>& channels, uint32_t method,
+    const std::vector<std::string>& headers, std::vector<transport::Payload> payloads,
+    absl::Time deadline) {
+  struct Gather {
+    absl::Mutex mu;
+    size_t remaining ABSL_GUARDED_BY(mu);
+    std::vector<absl::StatusOr<transport::Response>> results ABSL_GUARDED_BY(mu);
+  };
+  auto gather = std::make_shared<Gather>();
+  {
+    absl::MutexLock lock(&gather->mu);
+    gather->remaining = channels.size();
+    gather->results.resize(channels.size(), absl::UnknownError("no answer"));
+  }
+  payloads.resize(channels.size());
+  for (size_t i = 0; i < channels.size(); ++i) {
+    channels[i]->Call(method, headers[i], std::move(payloads[i]), deadline,
+                      [gather, i](absl::StatusOr<transport::Response> result) {
+                        absl::MutexLock lock(&gather->mu);
+                        gather->results[i] = std::move(result);
+                        --gather->remaining;
+                      });
+  }
+  absl::MutexLock lock(&gather->mu);
+  auto all_answered = [&gather]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gather->mu) {
+    return gather->remaining == 0;
+  };
+  // Each call ends by its deadline; the wait is bounded by the calls themselves.
+  gather->mu.Await(absl::Condition(&all_answered));
+  std::vector<transport::Response> responses;
+  for (auto& result : gather->results) {
+    if (!result.ok()) return result.status();
+    responses.push_back(*std::move(result));
+  }
+  return responses;
+}
+
+}  // namespace hetps::internal

@@ -1,0 +1,155 @@
+#include "worker/internal/shard_channel.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace hetps::internal {
+namespace {
+
+constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(20);
+constexpr absl::Duration kLongestRetryPause = absl::Seconds(1);
+// How long Shutdown waits for callbacks that are using the connection.
+constexpr absl::Duration kQuiesceTimeout = absl::Seconds(5);
+
+}  // namespace
+
+struct ShardChannel::PendingCall {
+  uint32_t method = 0;
+  std::string header;
+  transport::Payload payload;
+  absl::Time deadline;
+  transport::ResponseCallback done;
+  absl::Duration pause = kFirstRetryPause;
+};
+
+ShardChannel::ShardChannel(uint32_t index, std::string address,
+                           std::unique_ptr<transport::Connection> connection, TimerQueue* timers)
+    : index_(index),
+      address_(std::move(address)),
+      timers_(timers),
+      connection_(std::move(connection)) {}
+
+bool ShardChannel::Enter() {
+  absl::MutexLock lock(&mu_);
+  if (closed_) return false;
+  ++active_;
+  return true;
+}
+
+void ShardChannel::Exit() {
+  absl::MutexLock lock(&mu_);
+  --active_;
+}
+
+void ShardChannel::Call(uint32_t method, std::string header, transport::Payload payload,
+                        absl::Time deadline, transport::ResponseCallback done) {
+  auto call = std::make_shared<PendingCall>();
+  call->method = method;
+  call->header = std::move(header);
+  call->payload = std::move(payload);
+  call->deadline = deadline;
+  call->done = std::move(done);
+  Send(std::move(call));
+}
+
+void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
+  if (!Enter()) {
+    Complete(*call, absl::CancelledError("the client is shut down"));
+    return;
+  }
+  transport::Connection* connection;
+  {
+    absl::MutexLock lock(&mu_);
+    connection = connection_.get();
+  }
+  transport::Request request;
+  request.method = call->method;
+  request.header = call->header;
+  request.payload = call->payload;
+  request.deadline = call->deadline;
+  connection->Call(std::move(request),
+                   [self = shared_from_this(), call](absl::StatusOr<transport::Response> result) {
+                     self->OnResponse(call, std::move(result));
+                   });
+  Exit();
+}
+
+void ShardChannel::OnResponse(std::shared_ptr<PendingCall> call,
+                              absl::StatusOr<transport::Response> result) {
+  if (result.status().code() == absl::StatusCode::kUnavailable) {
+    if (ScheduleRetry(call)) return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) result = absl::CancelledError("the client is shut down");
+    }
+    if (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable) {
+      result = absl::DeadlineExceededError(absl::StrFormat(
+          "unreachable until the call's deadline; last error: %s", result.status().message()));
+    }
+  }
+  Complete(*call, std::move(result));
+}
+
+bool ShardChannel::ScheduleRetry(std::shared_ptr<PendingCall> call) {
+  const absl::Time when = absl::Now() + call->pause;
+  if (when >= call->deadline) return false;
+  call->pause = std::min(call->pause * 2, kLongestRetryPause);
+  absl::MutexLock lock(&mu_);
+  if (closed_) return false;
+  const uint64_t id = next_retry_id_++;
+  Retry& retry = retries_[id];
+  retry.call = std::move(call);
+  retry.timer = timers_->Schedule(when, [self = shared_from_this(), id] { self->RunRetry(id); });
+  return true;
+}
+
+void ShardChannel::RunRetry(uint64_t retry_id) {
+  std::shared_ptr<PendingCall> call;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = retries_.find(retry_id);
+    if (it == retries_.end()) return;  // taken by Shutdown
+    call = std::move(it->second.call);
+    retries_.erase(it);
+  }
+  Send(std::move(call));
+}
+
+void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Response> result) {
+  if (!result.ok()) {
+    result = absl::Status(result.status().code(),
+                          absl::StrFormat("shard %d (%s): %s", index_, address_,
+                                          result.status().message()));
+  }
+  transport::ResponseCallback done = std::move(call.done);
+  call.done = nullptr;
+  if (done) done(std::move(result));
+}
+
+void ShardChannel::Shutdown() {
+  std::vector<Retry> retries;
+  std::unique_ptr<transport::Connection> connection;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), kQuiesceTimeout);
+    for (auto& [id, retry] : retries_) retries.push_back(std::move(retry));
+    retries_.clear();
+    connection = std::move(connection_);
+  }
+  for (Retry& retry : retries) {
+    timers_->Cancel(retry.timer);
+    Complete(*retry.call, absl::CancelledError("the client is shut down"));
+  }
+  // Outstanding calls end with Cancelled; OnResponse then completes them.
+  connection->Shutdown();
+}
+
+}  // namespace hetps::internal

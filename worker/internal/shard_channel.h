@@ -1,0 +1,69 @@
+// ShardChannel: the client's link to one shard, a transport connection plus retries. A call
+// that finds the shard unreachable (Unavailable: not started yet, restarting, connection
+// broken) is sent again after a pause that grows from 20 ms to 1 s, until its deadline; then it
+// fails with DeadlineExceeded. Retrying is safe because shards recognise repeated pushes.
+// Errors name the shard: "shard 1 (10.0.0.2:7000): ...".
+//
+// Thread-safe. Shutdown() waits (bounded) for callbacks that are using the connection, then
+// ends every outstanding call with Cancelled; after it returns the channel touches neither the
+// connection nor the timers, although callbacks may still hold the channel itself.
+#ifndef HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
+#define HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/timer_queue.h"
+#include "transport/transport.h"
+
+namespace hetps::internal {
+
+class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
+ public:
+  // REQUIRES: `timers` stays valid until Shutdown() has returned.
+  ShardChannel(uint32_t index, std::string address,
+               std::unique_ptr<transport::Connection> connection, TimerQueue* timers);
+
+  uint32_t index() const { return index_; }
+  const std::string& address() const { return address_; }
+
+  void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
+            transport::ResponseCallback done);
+  void Shutdown();
+
+ private:
+  struct PendingCall;
+
+  void Send(std::shared_ptr<PendingCall> call);
+  void OnResponse(std::shared_ptr<PendingCall> call, absl::StatusOr<transport::Response> result);
+  bool ScheduleRetry(std::shared_ptr<PendingCall> call);
+  void RunRetry(uint64_t retry_id);
+  void Complete(PendingCall& call, absl::StatusOr<transport::Response> result);
+  // Marks a use of the connection or timers; false once shutting down.
+  bool Enter();
+  void Exit();
+
+  const uint32_t index_;
+  const std::string address_;
+  TimerQueue* const timers_;
+
+  absl::Mutex mu_;
+  std::unique_ptr<transport::Connection> connection_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_retry_id_ ABSL_GUARDED_BY(mu_) = 1;
+  struct Retry {
+    std::shared_ptr<PendingCall> call;
+    TimerQueue::TimerId timer = 0;
+  };
+  absl::flat_hash_map<uint64_t, Retry> retries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps::internal
+
+#endif  // HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_

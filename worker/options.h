@@ -1,0 +1,128 @@
+// Options of the hetps worker client and the description of a tensor to declare.
+//
+//   hetps::ClientOptions options;
+//   options.servers = {"10.0.0.1:7000", "10.0.0.2:7000"};   // in shard-index order
+//   options.rank = 0;
+//   options.world_size = 4;
+//
+//   hetps::TensorSpec spec;
+//   spec.name = "layer1.weight";
+//   spec.num_elements = 1 << 20;
+//   spec.optimizer = {"sgd", {{"lr", 0.01}}};
+//
+// Plain structs; copy freely.
+#ifndef HETPS_WORKER_OPTIONS_H_
+#define HETPS_WORKER_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace hetps {
+
+namespace transport {
+class Transport;
+}  // namespace transport
+
+struct ClientOptions {
+  // --- Affects behaviour ---
+
+  // Addresses ("host:port") of every shard, in shard-index order. Every worker of a job must
+  // list the same shards in the same order; each shard checks its place when the client
+  // connects.
+  std::vector<std::string> servers;
+  // This worker's rank, 0 <= rank < world_size.
+  uint32_t rank = 0;
+  // Number of workers in the job; must equal the shards' --num_workers.
+  uint32_t world_size = 1;
+  // Must equal the shards' --job_id.
+  std::string job_id = "hetps";
+  // "grpc". Ignored when transport_instance is set (tests use the in-process transport).
+  std::string transport = "grpc";
+  std::shared_ptr<transport::Transport> transport_instance;
+
+  // Every message to a shard must be answered within this time, or its operation fails with
+  // DeadlineExceeded. A shard that cannot be reached is retried until then. In BSP a pull waits
+  // for the slowest worker's push, so allow for a whole step.
+  absl::Duration call_timeout = absl::Seconds(60);
+  // How long Create() keeps trying to reach the shards (they may still be starting).
+  absl::Duration connect_timeout = absl::Seconds(30);
+
+  // --- Affects performance ---
+
+  // Tensors are cut into partitions of at most this many bytes, spread over the shards; small
+  // tensors bound for one shard are packed into messages of up to this size. A multiple of 64.
+  size_t partition_bytes = 4 << 20;
+  // Largest message this client sends or accepts; must match the shards' --max_message_bytes.
+  size_t max_message_bytes = 64 << 20;
+};
+
+enum class SyncMode {
+  // Bulk synchronous: the gradients of all workers for step s are summed (in rank order) and
+  // applied once; the weights of version s + 1 are then available.
+  kBsp,
+  // Asynchronous: every push is applied when it arrives.
+  kAsp,
+};
+
+// How the server fills a tensor's weights when it is declared without initial values. Random
+// rules give the same values whatever the partitioning (each element is drawn from the seed and
+// its index).
+struct Initializer {
+  enum class Kind { kConstant, kUniform, kNormal };
+  Kind kind = Kind::kConstant;
+  double a = 0;  // constant value; uniform low; normal mean
+  double b = 0;  // uniform high; normal standard deviation
+  uint64_t seed = 0;
+
+  static Initializer Zeros() { return {}; }
+  static Initializer Constant(double value) { return {Kind::kConstant, value, 0, 0}; }
+  static Initializer Uniform(double low, double high, uint64_t seed) {
+    return {Kind::kUniform, low, high, seed};
+  }
+  static Initializer Normal(double mean, double stddev, uint64_t seed) {
+    return {Kind::kNormal, mean, stddev, seed};
+  }
+};
+
+// A server-side update rule and its hyperparameters. Available: "sgd" (lr, weight_decay).
+struct OptimizerSpec {
+  std::string name = "sgd";
+  std::map<std::string, double> params;
+};
+
+struct TensorSpec {
+  // Unique within the job; the tensor's id is derived from it.
+  std::string name;
+  uint64_t num_elements = 0;
+  SyncMode sync = SyncMode::kBsp;
+  OptimizerSpec optimizer;
+  // Used when Declare() gets no initial values.
+  Initializer init = Initializer::Zeros();
+};
+
+// One shard's figures, from Client::Stats().
+struct ShardStats {
+  uint32_t shard_index = 0;
+  uint64_t num_tensors = 0;
+  uint64_t num_partitions = 0;
+  uint64_t parameter_bytes = 0;
+  uint64_t optimizer_state_bytes = 0;
+  uint64_t data_requests = 0;  // push, pull and push-pull messages received
+  uint64_t push_items = 0;     // partitions pushed
+  uint64_t pull_items = 0;     // partitions pulled
+  uint64_t payload_bytes_received = 0;
+  uint64_t payload_bytes_sent = 0;
+  uint64_t failed_requests = 0;
+  uint64_t min_version = 0;  // over this shard's partitions
+  uint64_t max_version = 0;
+};
+
+}  // namespace hetps
+
+#endif  // HETPS_WORKER_OPTIONS_H_
