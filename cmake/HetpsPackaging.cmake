@@ -13,6 +13,9 @@ foreach(header ${HETPS_PUBLIC_HEADERS})
 endforeach()
 
 # The client is a static library; the internal libraries it is built from travel with it.
+foreach(library client transport common proto)
+  set_target_properties(hetps_${library} PROPERTIES EXPORT_NAME ${library})
+endforeach()
 install(TARGETS hetps_client hetps_transport hetps_common hetps_proto
   EXPORT hetpsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Starts a local hetps cluster on 127.0.0.1, trains the example job (linear regression on
+# synthetic data) with worker processes against it, prints each worker's loss per step, and
+# stops the shards. Ports are picked by the shards and printed.
+#
+#   deploy/local/cluster.sh [--build_dir build] [--shards 2] [--workers 2] [--steps 30]
+#                           [--sync bsp|asp]
+set -euo pipefail
+
+build_dir=build
+shards=2
+workers=2
+steps=30
+sync=bsp
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build_dir) build_dir=$2; shift 2 ;;
+    --shards) shards=$2; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --sync) sync=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+server="$build_dir/server/ps-server"
+worker="$build_dir/worker/examples/linear_regression"
+for program in "$server" "$worker"; do
+  if [ ! -x "$program" ]; then
+    echo "$program is missing: build first (deploy/build.sh)" >&2
+    exit 1
+  fi
+done
+
+run_dir=$(mktemp -d)
+server_pids=()
+cleanup() {
+  for pid in "${server_pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${server_pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+for ((i = 0; i < shards; i++)); do
+  # --lifetime_s: the shards end by themselves even if this script is killed.
+  "$server" --host 127.0.0.1 --port 0 --port_file "$run_dir/port$i" --shard_index "$i" \
+    --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 \
+    >"$run_dir/shard$i.log" 2>&1 &
+  server_pids+=($!)
+done
+
+addresses=()
+for ((i = 0; i < shards; i++)); do
+  for _ in $(seq 300); do
+    [ -s "$run_dir/port$i" ] && break
+    if ! kill -0 "${server_pids[$i]}" 2>/dev/null; then
+      echo "shard $i failed to start:" >&2
+      cat "$run_dir/shard$i.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  if [ ! -s "$run_dir/port$i" ]; then
+    echo "shard $i did not start within 30 s" >&2
+    exit 1
+  fi
+  addresses+=("127.0.0.1:$(cat "$run_dir/port$i")")
+  echo "hetps shard $i of $shards listening on ${addresses[$i]}"
+done
+servers=$(IFS=,; echo "${addresses[*]}")
+
+echo "training: $workers workers, $steps steps, $sync, --servers $servers"
+worker_pids=()
+for ((r = 0; r < workers; r++)); do
+  # Output goes through sed for a prefix; $! is still the worker, so its exit code counts.
+  "$worker" --servers "$servers" --rank "$r" --world_size "$workers" --steps "$steps" \
+    --sync "$sync" > >(sed -u "s/^/[worker $r] /") 2>&1 &
+  worker_pids+=($!)
+done
+status=0
+for pid in "${worker_pids[@]}"; do
+  wait "$pid" || status=1
+done
+if [ "$status" -ne 0 ]; then
+  echo "a worker failed; shard logs:" >&2
+  cat "$run_dir"/shard*.log >&2
+  exit 1
+fi
+echo "done: the cluster on $servers trained $steps steps and is stopping"

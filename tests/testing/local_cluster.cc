@@ -12,13 +12,12 @@ namespace hetps::testing {
 
 absl::Status LocalCluster::Start(int num_shards, int num_workers,
                                  const std::vector<std::string>& extra_flags) {
-  dir_ = MakeTempDir();
-  if (dir_.empty()) return absl::InternalError("cannot make a temporary directory");
+  if (dir().empty()) return absl::InternalError("cannot make a temporary directory");
   for (int i = 0; i < num_shards; ++i) {
     std::vector<std::string> argv = {BinaryPath("server/ps-server"),
                                      "--host=127.0.0.1",
                                      "--port=0",
-                                     absl::StrCat("--port_file=", dir_, "/port", i),
+                                     absl::StrCat("--port_file=", dir(), "/port", i),
                                      absl::StrCat("--shard_index=", i),
                                      absl::StrCat("--num_shards=", num_shards),
                                      absl::StrCat("--num_workers=", num_workers),
@@ -32,7 +31,7 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
   for (int i = 0; i < num_shards; ++i) {
     int port = 0;
     while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(
-                                 ReadFile(absl::StrCat(dir_, "/port", i))),
+                                 ReadFile(absl::StrCat(dir(), "/port", i))),
                              &port)) {
       if (!shards_[i]->running()) {
         return absl::InternalError(absl::StrCat("shard ", i, " exited: ", ReadFile(shard_log(i))));
@@ -47,8 +46,12 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
   return absl::OkStatus();
 }
 
+LocalCluster::~LocalCluster() {
+  shards_.clear();  // stop the shards before their directory goes
+}
+
 std::string LocalCluster::servers_flag() const { return absl::StrJoin(addresses_, ","); }
 
-std::string LocalCluster::shard_log(int i) const { return absl::StrCat(dir_, "/shard", i, ".log"); }
+std::string LocalCluster::shard_log(int i) const { return absl::StrCat(dir(), "/shard", i, ".log"); }
 
 }  // namespace hetps::testing

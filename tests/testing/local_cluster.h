@@ -15,6 +15,8 @@ namespace hetps::testing {
 
 class LocalCluster {
  public:
+  ~LocalCluster();
+
   // Starts the shards and waits (bounded) until all listen.
   absl::Status Start(int num_shards, int num_workers,
                      const std::vector<std::string>& extra_flags = {});
@@ -24,10 +26,10 @@ class LocalCluster {
   std::string servers_flag() const;
   Subprocess& shard(int i) { return *shards_[i]; }
   std::string shard_log(int i) const;
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_.path(); }
 
  private:
-  std::string dir_;
+  ScopedTempDir dir_;
   std::vector<std::unique_ptr<Subprocess>> shards_;
   std::vector<std::string> addresses_;
 };

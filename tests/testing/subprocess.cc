@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -21,11 +22,16 @@ std::string BinaryPath(const std::string& relative) {
   return std::string(dir != nullptr ? dir : ".") + "/" + relative;
 }
 
-std::string MakeTempDir() {
+ScopedTempDir::ScopedTempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string path = std::string(base != nullptr ? base : "/tmp") + "/hetps-test-XXXXXX";
-  if (mkdtemp(path.data()) == nullptr) return "";
-  return path;
+  path_ = std::string(base != nullptr ? base : "/tmp") + "/hetps-test-XXXXXX";
+  if (mkdtemp(path_.data()) == nullptr) path_.clear();
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  if (path_.empty() || std::getenv("HETPS_KEEP_TEST_FILES") != nullptr) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 std::string ReadFile(const std::string& path) {

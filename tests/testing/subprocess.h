@@ -22,8 +22,19 @@ namespace hetps::testing {
 // $HETPS_BINARY_DIR, which ctest sets to the build directory).
 std::string BinaryPath(const std::string& relative);
 
-// A fresh, empty directory for one test's files.
-std::string MakeTempDir();
+// A fresh, empty directory for one test's files, removed with everything in it when this goes
+// out of scope (kept if HETPS_KEEP_TEST_FILES is set, for debugging).
+class ScopedTempDir {
+ public:
+  ScopedTempDir();
+  ~ScopedTempDir();
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 class Subprocess {
  public:

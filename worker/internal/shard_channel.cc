@@ -13,6 +13,7 @@ namespace {
 
 constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(20);
 constexpr absl::Duration kLongestRetryPause = absl::Seconds(1);
+constexpr absl::Duration kLastAttemptMargin = absl::Milliseconds(10);
 // How long Shutdown waits for callbacks that are using the connection.
 constexpr absl::Duration kQuiesceTimeout = absl::Seconds(5);
 
@@ -25,6 +26,8 @@ struct ShardChannel::PendingCall {
   absl::Time deadline;
   transport::ResponseCallback done;
   absl::Duration pause = kFirstRetryPause;
+  // Why the last attempt could not reach the shard (empty before any retry).
+  std::string unreachable;
 };
 
 ShardChannel::ShardChannel(uint32_t index, std::string address,
@@ -82,22 +85,27 @@ void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
 void ShardChannel::OnResponse(std::shared_ptr<PendingCall> call,
                               absl::StatusOr<transport::Response> result) {
   if (result.status().code() == absl::StatusCode::kUnavailable) {
+    call->unreachable = std::string(result.status().message());
     if (ScheduleRetry(call)) return;
     {
       absl::MutexLock lock(&mu_);
       if (closed_) result = absl::CancelledError("the client is shut down");
     }
-    if (!result.ok() && result.status().code() == absl::StatusCode::kUnavailable) {
-      result = absl::DeadlineExceededError(absl::StrFormat(
-          "unreachable until the call's deadline; last error: %s", result.status().message()));
-    }
+  }
+  if (result.status().code() == absl::StatusCode::kUnavailable ||
+      (result.status().code() == absl::StatusCode::kDeadlineExceeded &&
+       !call->unreachable.empty())) {
+    result = absl::DeadlineExceededError(absl::StrFormat(
+        "unreachable until the call's deadline; last error: %s", call->unreachable));
   }
   Complete(*call, std::move(result));
 }
 
 bool ShardChannel::ScheduleRetry(std::shared_ptr<PendingCall> call) {
-  const absl::Time when = absl::Now() + call->pause;
-  if (when >= call->deadline) return false;
+  // The last attempt goes out just before the deadline: a shard back by then is still reached.
+  const absl::Time now = absl::Now();
+  const absl::Time when = std::min(now + call->pause, call->deadline - kLastAttemptMargin);
+  if (when <= now) return false;
   call->pause = std::min(call->pause * 2, kLongestRetryPause);
   absl::MutexLock lock(&mu_);
   if (closed_) return false;

@@ -1,0 +1,271 @@
+// End to end with real processes on 127.0.0.1 over gRPC: ps-server shards and the example
+// training job (worker/examples/linear_regression) as separate worker processes.
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
+#include "worker/client.h"
+#include "worker/examples/linreg_model.h"
+
+namespace hetps {
+namespace {
+
+using testing::BinaryPath;
+using testing::LocalCluster;
+using testing::ReadFile;
+using testing::Subprocess;
+
+constexpr int kDim = 1000;
+constexpr int kSamples = 2000;
+constexpr double kLearningRate = 0.2;
+
+std::vector<std::string> WorkerArgs(const LocalCluster& cluster, int rank, int world_size,
+                                    int steps, const std::string& sync,
+                                    const std::string& output = "") {
+  std::vector<std::string> args = {BinaryPath("worker/examples/linear_regression"),
+                                   "--servers=" + cluster.servers_flag(),
+                                   absl::StrCat("--rank=", rank),
+                                   absl::StrCat("--world_size=", world_size),
+                                   absl::StrCat("--steps=", steps),
+                                   "--sync=" + sync,
+                                   absl::StrCat("--lr=", kLearningRate),
+                                   absl::StrCat("--dim=", kDim),
+                                   absl::StrCat("--samples=", kSamples),
+                                   "--partition_bytes=1024"};
+  if (!output.empty()) args.push_back("--output=" + output);
+  return args;
+}
+
+std::vector<float> ReadFloats(const std::string& path) {
+  const std::string bytes = ReadFile(path);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+float FinalLoss(const std::string& log) {
+  const size_t at = log.find("final loss ");
+  if (at == std::string::npos) return INFINITY;
+  return std::stof(log.substr(at + 11));
+}
+
+// The same training in one process: the workers' gradients summed in rank order, then SGD.
+std::vector<float> SingleProcessReference(int world_size, int steps) {
+  examples::LinregProblem problem;
+  problem.dim = kDim;
+  problem.samples_per_worker = kSamples;
+  std::vector<examples::WorkerData> data;
+  for (int r = 0; r < world_size; ++r) data.push_back(examples::MakeWorkerData(problem, r));
+  std::vector<float> w(kDim, 0.0f), sum_w(kDim), grad_w(kDim);
+  float b = 0, sum_b = 0, grad_b = 0;
+  const float lr = static_cast<float>(kLearningRate);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < world_size; ++r) {
+      examples::LossAndGradient(data[r], w, b, absl::MakeSpan(grad_w), &grad_b);
+      for (int j = 0; j < kDim; ++j) sum_w[j] = r == 0 ? grad_w[j] : sum_w[j] + grad_w[j];
+      sum_b = r == 0 ? grad_b : sum_b + grad_b;
+    }
+    for (int j = 0; j < kDim; ++j) w[j] = w[j] - lr * sum_w[j];
+    b = b - lr * sum_b;
+  }
+  w.push_back(b);
+  return w;
+}
+
+TEST(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 3).ok());
+  const int steps = 60;
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(std::make_unique<Subprocess>(
+        WorkerArgs(cluster, r, 3, steps, "bsp", absl::StrCat(cluster.dir(), "/model", r)),
+        absl::StrCat(cluster.dir(), "/worker", r, ".log")));
+  }
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0)
+        << ReadFile(absl::StrCat(cluster.dir(), "/worker", r, ".log"));
+  }
+  const std::vector<float> reference = SingleProcessReference(3, steps);
+  for (int r = 0; r < 3; ++r) {
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    ASSERT_EQ(model.size(), reference.size());
+    for (size_t i = 0; i < model.size(); ++i) {
+      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
+          << "worker " << r << " element " << i;
+    }
+    const std::string log = ReadFile(absl::StrCat(cluster.dir(), "/worker", r, ".log"));
+    EXPECT_LT(FinalLoss(log), 1e-3) << log;
+  }
+}
+
+TEST(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 3).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(std::make_unique<Subprocess>(
+        WorkerArgs(cluster, r, 3, 60, "asp"), absl::StrCat(cluster.dir(), "/worker", r, ".log")));
+  }
+  for (int r = 0; r < 3; ++r) {
+    const std::string path = absl::StrCat(cluster.dir(), "/worker", r, ".log");
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << ReadFile(path);
+    EXPECT_LT(FinalLoss(ReadFile(path)), 1e-3) << ReadFile(path);
+  }
+}
+
+TEST(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 1).ok());
+  ClientOptions options;
+  options.servers = cluster.addresses();
+  options.call_timeout = absl::Seconds(120);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const size_t n = 25 * 1000 * 1000;  // 100 MB of fp32
+  std::vector<float> values(n);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (float& v : values) {
+    // Arbitrary finite bit patterns, subnormals and negative zero included.
+    uint32_t word = bits(rng) & 0xbfffffffu;
+    std::memcpy(&v, &word, sizeof(v));
+  }
+  TensorSpec spec;
+  spec.name = "huge";
+  spec.num_elements = n;
+  spec.optimizer = {"sgd", {{"lr", 1.0}}};
+  auto id = (*client)->Declare(spec, values);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> back(n);
+  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  ASSERT_EQ(0, std::memcmp(back.data(), values.data(), n * sizeof(float)));
+
+  // And through a push: with lr 1, w' = w - g for every element, exactly.
+  std::vector<float> gradient(n);
+  for (size_t i = 0; i < n; ++i) gradient[i] = static_cast<float>(i % 1000) * 0.5f;
+  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], values[i] - gradient[i]) << i;
+}
+
+// Polls the shards until every partition has reached `version`.
+bool WaitForVersion(const LocalCluster& cluster, uint32_t world_size, uint64_t version) {
+  ClientOptions options;
+  options.servers = cluster.addresses();
+  options.world_size = world_size;
+  auto observer = Client::Create(options);
+  if (!observer.ok()) return false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    auto stats = (*observer)->Stats();
+    if (!stats.ok()) return false;
+    bool reached = true;
+    for (const ShardStats& shard : *stats) {
+      reached = reached && shard.num_partitions > 0 && shard.min_version >= version;
+    }
+    if (reached) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+void ExpectDeadlineFailure(Subprocess& worker, const std::string& log_path) {
+  const absl::Time start = absl::Now();
+  std::optional<int> code = worker.Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.has_value()) << "the worker hangs";
+  EXPECT_EQ(*code, 2) << ReadFile(log_path);
+  EXPECT_NE(ReadFile(log_path).find("DEADLINE_EXCEEDED"), std::string::npos)
+      << ReadFile(log_path);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 3).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::string> args = WorkerArgs(cluster, r, 3, 100000, "bsp");
+    args.push_back("--call_timeout_s=2");
+    workers.push_back(std::make_unique<Subprocess>(
+        args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
+  }
+  ASSERT_TRUE(WaitForVersion(cluster, 3, 3));
+  workers[2]->Signal(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ExpectDeadlineFailure(*workers[r], absl::StrCat(cluster.dir(), "/worker", r, ".log"));
+  }
+  // The shards are still alive and serving.
+  EXPECT_TRUE(cluster.shard(0).running());
+  EXPECT_TRUE(cluster.shard(1).running());
+}
+
+TEST(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = WorkerArgs(cluster, r, 2, 100000, "bsp");
+    args.push_back("--call_timeout_s=2");
+    workers.push_back(std::make_unique<Subprocess>(
+        args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
+  }
+  ASSERT_TRUE(WaitForVersion(cluster, 2, 3));
+  cluster.shard(1).Signal(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ExpectDeadlineFailure(*workers[r], absl::StrCat(cluster.dir(), "/worker", r, ".log"));
+  }
+}
+
+TEST(PsServerTest, HelpDocumentsEveryFlag) {
+  testing::ScopedTempDir temp;
+  const std::string& dir = temp.path();
+  Subprocess help({BinaryPath("server/ps-server"), "--help"}, dir + "/help.txt");
+  ASSERT_TRUE(help.Wait(absl::Seconds(30)).has_value());
+  const std::string text = ReadFile(dir + "/help.txt");
+  for (const char* flag :
+       {"--host", "--port ", "--port_file", "--shard_index", "--num_shards", "--num_workers",
+        "--job_id", "--threads", "--max_message_bytes", "--max_pending_steps", "--max_wait_s",
+        "--lifetime_s"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag << " is not in --help:\n" << text;
+  }
+}
+
+TEST(PsServerTest, RefusesInconsistentFlagsWithAClearMessage) {
+  testing::ScopedTempDir temp;
+  const std::string& dir = temp.path();
+  Subprocess server({BinaryPath("server/ps-server"), "--shard_index=2", "--num_shards=2"},
+                    dir + "/out.txt");
+  EXPECT_EQ(server.Wait(absl::Seconds(30)), 1);
+  EXPECT_NE(ReadFile(dir + "/out.txt").find("shard_index 2 is out of range"), std::string::npos)
+      << ReadFile(dir + "/out.txt");
+}
+
+TEST(PsServerTest, BusyPortIsAnError) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1).ok());
+  const std::string port = cluster.addresses()[0].substr(cluster.addresses()[0].rfind(':') + 1);
+  Subprocess second({BinaryPath("server/ps-server"), "--port=" + port},
+                    cluster.dir() + "/second.txt");
+  EXPECT_EQ(second.Wait(absl::Seconds(30)), 1) << ReadFile(cluster.dir() + "/second.txt");
+}
+
+TEST(PsServerTest, StopsOnSigterm) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1).ok());
+  cluster.shard(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(10)), 0) << ReadFile(cluster.shard_log(0));
+}
+
+}  // namespace
+}  // namespace hetps
