@@ -23,7 +23,7 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),
-      last_sequence_(config.num_workers, 0) {
+      applied_(config.num_workers) {
   for (int slot = 0; slot < config_.optimizer->state_slots(); ++slot) {
     state_slots_.push_back(state_.data() + slot * config_.range.size);
   }
@@ -56,9 +56,9 @@ void Partition::Release(HeldGradient& gradient) {
 absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence,
                              transport::Payload gradient) {
   if (config_.sync_mode == hetps::v1::SYNC_MODE_ASP) {
-    if (sequence <= last_sequence_[rank]) return absl::OkStatus();  // a retry
+    if (!applied_[rank].IsNew(sequence)) return absl::OkStatus();  // a retry
     HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(std::move(gradient)));
-    last_sequence_[rank] = sequence;
+    applied_[rank].Mark(sequence);
     const float* gradients[] = {held.data};
     Apply(gradients);
     Release(held);

@@ -5,8 +5,8 @@
 // BSP: the W gradients of step s are kept until all have arrived, then summed in rank order and
 // applied once; the version becomes s + 1. A gradient for a step already applied, or a second
 // one from the same worker for the same step, is recognised as a retry and ignored.
-// ASP: each push is applied on arrival; a push whose sequence number is not above the last one
-// applied from that worker is recognised as a retry and ignored.
+// ASP: each push is applied on arrival; a push whose sequence number was already applied from
+// that worker is recognised as a retry and ignored (see ReplayWindow).
 //
 // Thread model: a partition belongs to one owner thread (owner()). Push and Pull run only
 // there, so the update needs no lock. version() may be read from any thread.
@@ -25,6 +25,7 @@
 #include "optimizer/optimizer.h"
 #include "proto/ps.pb.h"
 #include "server/pending_request.h"
+#include "server/replay_window.h"
 #include "transport/payload.h"
 
 namespace hetps::server {
@@ -103,7 +104,7 @@ class Partition {
   std::atomic<uint64_t> version_{0};
   bool awaits_values_;
   std::map<uint64_t, Step> steps_;              // BSP steps being gathered
-  std::vector<uint64_t> last_sequence_;          // ASP: by rank
+  std::vector<ReplayWindow> applied_;            // ASP: by rank
   std::vector<AlignedBuffer> spare_buffers_;     // reused gradient copies
   std::vector<Waiter> waiters_;
 };

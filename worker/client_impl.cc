@@ -1,4 +1,5 @@
 // The worker client behind worker/client.h.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -428,13 +429,17 @@ absl::Status ClientImpl::Barrier() {
   request.set_worker_rank(options_.rank);
   {
     absl::MutexLock lock(&mu_);
-    request.set_generation(++barrier_generation_);
+    request.set_generation(barrier_generation_ + 1);
   }
   // Shard 0 coordinates barriers.
-  return internal::CallEach({channels[0]}, hetps::v1::METHOD_BARRIER,
-                            {request.SerializeAsString()}, {},
-                            absl::Now() + options_.call_timeout)
-      .status();
+  HETPS_RETURN_IF_ERROR(internal::CallEach({channels[0]}, hetps::v1::METHOD_BARRIER,
+                                           {request.SerializeAsString()}, {},
+                                           absl::Now() + options_.call_timeout)
+                            .status());
+  // Only a barrier that completed counts: after a failure, calling again retries the same one.
+  absl::MutexLock lock(&mu_);
+  barrier_generation_ = std::max(barrier_generation_, request.generation());
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {

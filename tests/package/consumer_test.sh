@@ -3,9 +3,10 @@
 # project of its own against the installed package (find_package(hetps)), and runs it against a
 # shard started from the installed ps-server.
 #
-#   consumer_test.sh <hetps build dir>
+#   consumer_test.sh <hetps build dir> [extra compiler and linker flags, e.g. sanitizers]
 set -euo pipefail
 build_dir=$(cd "$1" && pwd)
+extra_flags=${2:-}
 work=$(mktemp -d)
 server_pid=
 cleanup() {
@@ -21,7 +22,8 @@ test -f "$work/prefix/include/hetps/worker/client.h"
 mkdir "$work/consumer"
 cp "$build_dir/readme/CMakeLists.txt" "$build_dir/readme/train.cc" "$work/consumer/"
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_CXX_FLAGS="$extra_flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$extra_flags" >/dev/null
 cmake --build "$work/consumer/build" -j2 >/dev/null
 
 "$work/prefix/bin/ps-server" --port 0 --port_file "$work/port" --lifetime_s 120 \

@@ -141,6 +141,18 @@ TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
 }
 
+TEST_F(PartitionTest, AspPushesOvertakingEachOtherAreAllApplied) {
+  // Two threads of one worker push at once; the later sequence can arrive first.
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16);
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ASSERT_TRUE(partition->Push(0, 0, 12, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 11, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 11, payload).ok());  // and a retry of it
+  EXPECT_EQ(partition->version(), 2u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
+}
+
 TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
   WeightsSnapshot before = partition->Snapshot();

@@ -16,7 +16,14 @@
 namespace hetps::transport {
 namespace {
 
-enum TestMethod : uint32_t { kEcho = 1, kNeverReply = 2, kFail = 3, kReplyLater = 4, kDeadline = 5 };
+enum TestMethod : uint32_t {
+  kEcho = 1,
+  kNeverReply = 2,
+  kFail = 3,
+  kReplyLater = 4,
+  kDeadline = 5,
+  kRecord = 6,
+};
 
 // Echoes, fails, stays silent or answers from another thread, depending on the method.
 class TestHandler : public RequestHandler {
@@ -25,6 +32,11 @@ class TestHandler : public RequestHandler {
     for (auto& thread : threads_) thread.join();
     // Silent calls are answered at the end: a handler replies to every request once.
     for (auto& reply : held_) reply(absl::CancelledError("test over"));
+  }
+
+  std::vector<int> recorded() {
+    absl::MutexLock lock(&mu_);
+    return recorded_;
   }
 
   void HandleRequest(Request request, ReplyCallback reply) override {
@@ -54,6 +66,14 @@ class TestHandler : public RequestHandler {
         });
         return;
       }
+      case kRecord: {
+        {
+          absl::MutexLock lock(&mu_);
+          recorded_.push_back(std::stoi(request.header));
+        }
+        reply(Response());
+        return;
+      }
       case kDeadline: {
         Response response;
         response.header = std::to_string(absl::ToInt64Milliseconds(request.deadline - absl::Now()));
@@ -67,6 +87,7 @@ class TestHandler : public RequestHandler {
  private:
   absl::Mutex mu_;
   std::vector<ReplyCallback> held_;
+  std::vector<int> recorded_;
   std::vector<std::thread> threads_;
 };
 
@@ -189,6 +210,20 @@ TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(good.load(), kThreads * kCalls);
+}
+
+TEST_P(TransportTest, RequestsOfOneConnectionReachTheHandlerInOrder) {
+  constexpr int kCalls = 2000;
+  std::vector<std::unique_ptr<absl::Notification>> done;
+  for (int i = 0; i < kCalls; ++i) done.push_back(std::make_unique<absl::Notification>());
+  for (int i = 0; i < kCalls; ++i) {
+    connection_->Call(MakeRequest(kRecord, std::to_string(i)),
+                      [&done, i](absl::StatusOr<Response>) { done[i]->Notify(); });
+  }
+  for (auto& d : done) d->WaitForNotification();
+  std::vector<int> recorded = handler_.recorded();
+  ASSERT_EQ(recorded.size(), static_cast<size_t>(kCalls));
+  for (int i = 0; i < kCalls; ++i) ASSERT_EQ(recorded[i], i);
 }
 
 TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {

@@ -54,17 +54,17 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       UnlockAndFinishIfIdle();
       return;
     }
-    StartRead(&read_buffer_);
     if (!frame.ok()) {
       QueueReply(*error.call_id, frame.status());
-      return;
-    }
-    if (frame->header.is_response()) {
+    } else if (frame->header.is_response()) {
       QueueReply(frame->header.call_id(),
                  absl::InvalidArgumentError("a response frame was sent to a server"));
-      return;
+    } else {
+      Dispatch(*std::move(frame));
     }
-    Dispatch(*std::move(frame));
+    // The next frame is read only now, so the handler receives a stream's requests in the
+    // order they were sent.
+    StartRead(&read_buffer_);
   }
 
   void OnWriteDone(bool ok) override {
