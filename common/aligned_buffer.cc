@@ -30,8 +30,8 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t num_floats) {
     return absl::ResourceExhaustedError(absl::StrFormat("cannot allocate %d floats", num_floats));
   }
   // aligned_alloc wants a size that is a multiple of the alignment.
-  const size_t bytes = (num_floats * sizeof(float) + kBufferAlignment - 1) / kBufferAlignment *
-                       kBufferAlignment;
+  const size_t bytes =
+      (num_floats * sizeof(float) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   void* memory = std::aligned_alloc(kBufferAlignment, bytes);
   if (memory == nullptr) {
     return absl::ResourceExhaustedError(

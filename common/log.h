@@ -6,9 +6,8 @@
 #ifndef HETPS_COMMON_LOG_H_
 #define HETPS_COMMON_LOG_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 
 namespace hetps {
 

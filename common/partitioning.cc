@@ -41,8 +41,7 @@ absl::StatusOr<PartitionLayout> PartitionLayout::Create(uint64_t num_elements,
         absl::StrFormat("%d elements in partitions of %d make too many partitions", num_elements,
                         max_partition_elements));
   }
-  return PartitionLayout(num_elements, max_partition_elements, chunk,
-                         static_cast<uint32_t>(count));
+  return PartitionLayout(num_elements, max_partition_elements, chunk, static_cast<uint32_t>(count));
 }
 
 PartitionRange PartitionLayout::partition(uint32_t index) const {

@@ -14,9 +14,9 @@
 #define HETPS_COMMON_PARTITIONING_H_
 
 #include <cstdint>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace hetps {
 

@@ -8,10 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define HETPS_RETURN_IF_ERROR(expr)                    \
-  do {                                                 \
-    ::absl::Status hetps_status_ = (expr);             \
-    if (!hetps_status_.ok()) return hetps_status_;     \
+#define HETPS_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status hetps_status_ = (expr);         \
+    if (!hetps_status_.ok()) return hetps_status_; \
   } while (0)
 
 #define HETPS_STATUS_CONCAT_INNER_(a, b) a##b
@@ -20,8 +20,8 @@
 #define HETPS_ASSIGN_OR_RETURN(lhs, expr) \
   HETPS_ASSIGN_OR_RETURN_IMPL_(HETPS_STATUS_CONCAT_(hetps_statusor_, __LINE__), lhs, expr)
 
-#define HETPS_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                                 \
+#define HETPS_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)  \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)
 

@@ -40,9 +40,8 @@ void TimerQueue::Run() {
     absl::Time next = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
     if (absl::Now() < next) {
       const uint64_t seen = wakeups_;
-      auto woken = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || wakeups_ != seen;
-      };
+      auto woken = [this, seen]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wakeups_ != seen; };
       mu_.AwaitWithDeadline(absl::Condition(&woken), next);
       continue;
     }

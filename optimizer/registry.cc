@@ -42,9 +42,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(absl::string_view nam
     if (it != registry.factories.end()) factory = it->second;
   }
   if (factory == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "' (known: ",
-                                                   absl::StrJoin(RegisteredOptimizers(), ", "),
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown optimizer '", name,
+                     "' (known: ", absl::StrJoin(RegisteredOptimizers(), ", "), ")"));
   }
   return factory(params);
 }
@@ -89,8 +89,9 @@ absl::Status OptimizerParamsReader::Finish() const {
   if (!error_.ok()) return error_;
   for (const auto& [name, value] : params_) {
     if (std::find(known_.begin(), known_.end(), name) == known_.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s has no hyperparameter '%s' (known: %s)", optimizer_, name, absl::StrJoin(known_, ", ")));
+      return absl::InvalidArgumentError(absl::StrFormat("%s has no hyperparameter '%s' (known: %s)",
+                                                        optimizer_, name,
+                                                        absl::StrJoin(known_, ", ")));
     }
   }
   return absl::OkStatus();

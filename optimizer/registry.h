@@ -10,10 +10,10 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "optimizer/optimizer.h"
 
 namespace hetps {
@@ -55,7 +55,7 @@ class OptimizerParamsReader {
 
 }  // namespace hetps
 
-#define HETPS_REGISTER_OPTIMIZER(name, factory) \
+#define HETPS_REGISTER_OPTIMIZER(name, factory)                          \
   [[maybe_unused]] static const bool hetps_registered_optimizer_##name = \
       ::hetps::RegisterOptimizer(#name, factory)
 

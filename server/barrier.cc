@@ -42,9 +42,8 @@ void BarrierCoordinator::Arrive(uint32_t rank, uint64_t generation, absl::Time d
       } else {
         Arrival& arrival = arrivals[rank];
         arrival.reply = std::move(reply);
-        arrival.timer = timers_->Schedule(deadline, [this, rank, generation] {
-          Expire(rank, generation);
-        });
+        arrival.timer =
+            timers_->Schedule(deadline, [this, rank, generation] { Expire(rank, generation); });
       }
     }
   }
@@ -73,8 +72,8 @@ void BarrierCoordinator::Expire(uint32_t rank, uint64_t generation) {
     if (generation_it->second.empty()) waiting_.erase(generation_it);
   }
   expired.reply(absl::DeadlineExceededError(
-      absl::StrFormat("barrier %d: only %d of %d workers arrived before the deadline",
-                      generation, arrived, num_workers_)));
+      absl::StrFormat("barrier %d: only %d of %d workers arrived before the deadline", generation,
+                      arrived, num_workers_)));
 }
 
 void BarrierCoordinator::FailAll(const absl::Status& status) {

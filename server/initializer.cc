@@ -38,7 +38,8 @@ absl::Status ValidateInitializer(const hetps::v1::Initializer& init) {
       }
       return absl::OkStatus();
     default:
-      return absl::InvalidArgumentError(absl::StrFormat("unknown initializer kind %d", init.kind()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown initializer kind %d", init.kind()));
   }
 }
 

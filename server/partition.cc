@@ -105,8 +105,8 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
     if (fresh.ok()) {
       out = std::make_shared<AlignedBuffer>(*std::move(fresh));
     } else {
-      LogWarning("partition %d: %s; updating in place while a pull is being sent",
-                 config_.index, fresh.status().ToString());
+      LogWarning("partition %d: %s; updating in place while a pull is being sent", config_.index,
+                 fresh.status().ToString());
     }
   }
   UpdateArgs args;
@@ -161,4 +161,3 @@ void Partition::FailWaiters(const absl::Status& status) {
 }
 
 }  // namespace hetps::server
-

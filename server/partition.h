@@ -103,9 +103,9 @@ class Partition {
   std::vector<float*> state_slots_;
   std::atomic<uint64_t> version_{0};
   bool awaits_values_;
-  std::map<uint64_t, Step> steps_;              // BSP steps being gathered
-  std::vector<ReplayWindow> applied_;            // ASP: by rank
-  std::vector<AlignedBuffer> spare_buffers_;     // reused gradient copies
+  std::map<uint64_t, Step> steps_;            // BSP steps being gathered
+  std::vector<ReplayWindow> applied_;         // ASP: by rank
+  std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;
 };
 

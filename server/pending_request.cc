@@ -46,9 +46,7 @@ void PendingRequest::CompleteItem(size_t slot, WeightsSnapshot snapshot) {
   Reply(std::move(response));
 }
 
-void PendingRequest::Fail(const absl::Status& status) {
-  Reply(status);
-}
+void PendingRequest::Fail(const absl::Status& status) { Reply(status); }
 
 void PendingRequest::Reply(absl::StatusOr<transport::Response> result) {
   transport::ReplyCallback reply;

@@ -9,13 +9,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "common/log.h"
 #include "server/server.h"
 
@@ -69,17 +66,10 @@ bool WritePortFile(const std::string& path, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists this file's flags (absl would otherwise look for a file named like the binary).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::StrContains(path, "ps_server_main");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage(
+  hetps::ParseCommandLine(
+      argc, argv, __FILE__,
       "Runs one shard of a hetps parameter-server cluster.\n"
       "  ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4");
-  absl::ParseCommandLine(argc, argv);
 
   // Signals are taken by sigtimedwait below, so every thread started from here blocks them.
   sigset_t signals;
@@ -89,8 +79,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   hetps::server::ServerOptions options;
-  options.listen_address =
-      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   options.shard_index = absl::GetFlag(FLAGS_shard_index);
   options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);

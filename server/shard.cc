@@ -68,8 +68,8 @@ Shard::~Shard() {
 
 void Shard::Stop() {
   if (stopped_.exchange(true)) return;
-  const absl::Status stopping = absl::UnavailableError(
-      absl::StrFormat("shard %d is shutting down", options_.shard_index));
+  const absl::Status stopping =
+      absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index));
   barrier_.FailAll(stopping);
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     owners_[owner]->Post([this, owner, stopping] {
@@ -87,13 +87,13 @@ void Shard::Stop() {
 
 void Shard::HandleRequest(transport::Request request, transport::ReplyCallback reply) {
   if (stopped_.load()) {
-    reply(absl::UnavailableError(
-        absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+    reply(
+        absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index)));
     return;
   }
   // Every failure is counted, whichever path answers it.
-  reply = [metrics = metrics_, reply = std::move(reply)](
-              absl::StatusOr<transport::Response> result) mutable {
+  reply = [metrics = metrics_,
+           reply = std::move(reply)](absl::StatusOr<transport::Response> result) mutable {
     if (!result.ok()) ShardMetrics::Add(metrics->failed_requests, 1);
     reply(std::move(result));
   };
@@ -136,9 +136,9 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
                         hello.protocol_version(), hetps::v1::PROTOCOL_VERSION_CURRENT));
   }
   if (hello.job_id() != options_.job_id) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "client belongs to job '%s'; this server serves job '%s'", hello.job_id(),
-        options_.job_id));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("client belongs to job '%s'; this server serves job '%s'", hello.job_id(),
+                        options_.job_id));
   }
   if (hello.world_size() != options_.num_workers) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -186,8 +186,8 @@ void Shard::Declare(transport::Request request, transport::ReplyCallback reply) 
       return;
     }
   }
-  absl::StatusOr<std::vector<DataItem>> values = ResolveInitialValues(*tensor, *declare,
-                                                                      request.payload);
+  absl::StatusOr<std::vector<DataItem>> values =
+      ResolveInitialValues(*tensor, *declare, request.payload);
   if (!values.ok()) {
     reply(values.status());
     return;
@@ -195,18 +195,18 @@ void Shard::Declare(transport::Request request, transport::ReplyCallback reply) 
   hetps::v1::DeclareResponse response;
   response.set_created(created);
   response.set_num_partitions(tensor->layout.num_partitions());
-  response.set_owned_partitions(static_cast<uint32_t>(
-      std::count_if(tensor->partitions.begin(), tensor->partitions.end(),
-                    [](const auto& p) { return p != nullptr; })));
+  response.set_owned_partitions(
+      static_cast<uint32_t>(std::count_if(tensor->partitions.begin(), tensor->partitions.end(),
+                                          [](const auto& p) { return p != nullptr; })));
   if (values->empty()) {
     reply(HeaderResponse(response));
     return;
   }
   // The values are written by the partitions' owner threads; the reply waits for them.
   std::vector<hetps::v1::PartitionItem> metas(values->size());
-  auto pending = std::make_shared<PendingRequest>(std::move(metas), /*returns_weights=*/false,
-                                                  std::move(reply), metrics_,
-                                                  response.SerializeAsString());
+  auto pending =
+      std::make_shared<PendingRequest>(std::move(metas), /*returns_weights=*/false,
+                                       std::move(reply), metrics_, response.SerializeAsString());
   for (size_t slot = 0; slot < values->size(); ++slot) {
     DataItem& item = (*values)[slot];
     const bool posted = owners_[item.partition->owner()]->Post(
@@ -228,8 +228,8 @@ absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
   const hetps::v1::TensorDecl& decl = declare.tensor();
   if (decl.name().empty()) return absl::InvalidArgumentError("a tensor needs a name");
   if (decl.key() != TensorKeyFromName(decl.name())) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "key %016x does not match tensor name '%s'", decl.key(), decl.name()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("key %016x does not match tensor name '%s'", decl.key(), decl.name()));
   }
   if (decl.dtype() != hetps::v1::DTYPE_FP32) {
     return absl::InvalidArgumentError(
@@ -241,8 +241,7 @@ absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
         absl::StrFormat("tensor '%s': unknown sync mode %d", decl.name(), decl.sync_mode()));
   }
   HETPS_RETURN_IF_ERROR(ValidateInitializer(decl.init()));
-  if (!declare.value_partitions().empty() &&
-      decl.init().kind() != hetps::v1::INIT_KIND_VALUES) {
+  if (!declare.value_partitions().empty() && decl.init().kind() != hetps::v1::INIT_KIND_VALUES) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "tensor '%s': initial values sent, but its initializer is not 'values'", decl.name()));
   }

@@ -32,31 +32,30 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
   for (const hetps::v1::PartitionItem& item : items) {
     const Tensor* tensor = table_.Find(item.tensor_key());
     if (tensor == nullptr) {
-      return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared",
-                                                 item.tensor_key()));
+      return absl::NotFoundError(
+          absl::StrFormat("no tensor with key %016x is declared", item.tensor_key()));
     }
     const std::string& name = tensor->decl.name();
     if (item.partition() >= tensor->layout.num_partitions()) {
-      return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d",
-                                                   name, tensor->layout.num_partitions(),
+      return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d", name,
+                                                   tensor->layout.num_partitions(),
                                                    item.partition() + 1));
     }
     Partition* partition = tensor->partitions[item.partition()].get();
     if (partition == nullptr) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "partition %d of tensor '%s' belongs to shard %d, not to this shard %d",
-          item.partition(), name,
-          ShardOfPartition(item.tensor_key(), item.partition(), options_.num_shards),
+          "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", item.partition(),
+          name, ShardOfPartition(item.tensor_key(), item.partition(), options_.num_shards),
           options_.shard_index));
     }
     if (item.dtype() != tensor->decl.dtype()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor '%s' holds dtype %d, the request says %d", name, tensor->decl.dtype(),
-          item.dtype()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s' holds dtype %d, the request says %d", name,
+                          tensor->decl.dtype(), item.dtype()));
     }
     if (!seen.emplace(item.tensor_key(), item.partition()).second) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "partition %d of tensor '%s' is listed twice", item.partition(), name));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("partition %d of tensor '%s' is listed twice", item.partition(), name));
     }
     DataItem& out = resolved.emplace_back();
     out.partition = partition;
@@ -65,13 +64,13 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
     if (gradients != nullptr) {
       if (item.num_bytes() != partition->parameter_bytes()) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "partition %d of tensor '%s' has %d bytes, the push carries %d", item.partition(),
-            name, partition->parameter_bytes(), item.num_bytes()));
+            "partition %d of tensor '%s' has %d bytes, the push carries %d", item.partition(), name,
+            partition->parameter_bytes(), item.num_bytes()));
       }
       if (item.num_bytes() > gradients->size() - offset) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "the payload of %d bytes ends before partition %d of tensor '%s'", gradients->size(),
-            item.partition(), name));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("the payload of %d bytes ends before partition %d of tensor '%s'",
+                            gradients->size(), item.partition(), name));
       }
       out.gradient = gradients->Subrange(offset, item.num_bytes());
       offset += item.num_bytes();
@@ -102,8 +101,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
   call->step = push.step();
   call->sequence = push.sequence();
   HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
-  HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items,
-                         ResolveItems(push.items(), &request.payload));
+  HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items, ResolveItems(push.items(), &request.payload));
   for (const DataItem& item : items) {
     if (item.tensor->decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) continue;
     // Versions only grow, so a step accepted here is still within the window on the owner.
@@ -142,8 +140,8 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
       return call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
     };
     const bool may_wait = call.push || std::any_of(items->begin(), items->end(), [&](auto& item) {
-      return item.partition->version() < min_version(item);
-    });
+                            return item.partition->version() < min_version(item);
+                          });
     if (may_wait) {
       const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
       std::weak_ptr<PendingRequest> weak = pending;
@@ -167,27 +165,27 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    const bool posted = owners_[owner]->Post(
-        [pending, shared_items, call, slots = std::move(by_owner[owner])]() mutable {
-          for (size_t slot : slots) {
-            DataItem& item = (*shared_items)[slot];
-            if (call.push) {
-              absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
-                                                         std::move(item.gradient));
-              if (!pushed.ok()) {
-                pending->Fail(pushed);
-                return;
-              }
-            }
-            if (call.pull) {
-              const uint64_t wanted =
-                  call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
-              item.partition->Pull(wanted, pending, slot);
-            } else {
-              pending->CompleteItem(slot);
-            }
+    const bool posted = owners_[owner]->Post([pending, shared_items, call,
+                                              slots = std::move(by_owner[owner])]() mutable {
+      for (size_t slot : slots) {
+        DataItem& item = (*shared_items)[slot];
+        if (call.push) {
+          absl::Status pushed =
+              item.partition->Push(call.rank, call.step, call.sequence, std::move(item.gradient));
+          if (!pushed.ok()) {
+            pending->Fail(pushed);
+            return;
           }
-        });
+        }
+        if (call.pull) {
+          const uint64_t wanted =
+              call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+          item.partition->Pull(wanted, pending, slot);
+        } else {
+          pending->CompleteItem(slot);
+        }
+      }
+    });
     if (!posted) {
       pending->Fail(absl::UnavailableError(
           absl::StrFormat("shard %d is shutting down", options_.shard_index)));

@@ -1,5 +1,6 @@
 #include "transport/payload.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace hetps::transport {
@@ -44,39 +45,36 @@ void Payload::Append(const Payload& other) {
   size_ += other.size_;
 }
 
-void Payload::CopyTo(size_t offset, absl::Span<uint8_t> out) const {
-  size_t remaining = out.size();
-  uint8_t* dst = out.data();
+template <typename Visit>
+void Payload::ForEachPiece(size_t offset, size_t length, Visit&& visit) const {
   for (const ByteSpan& segment : segments_) {
-    if (remaining == 0) break;
+    if (length == 0) break;
     if (offset >= segment.size()) {
       offset -= segment.size();
       continue;
     }
-    const size_t n = std::min(segment.size() - offset, remaining);
-    std::memcpy(dst, segment.data() + offset, n);
-    dst += n;
-    remaining -= n;
+    const size_t n = std::min(segment.size() - offset, length);
+    visit(segment.subspan(offset, n));
+    length -= n;
     offset = 0;
   }
+}
+
+void Payload::CopyTo(size_t offset, absl::Span<uint8_t> out) const {
+  uint8_t* dst = out.data();
+  ForEachPiece(offset, out.size(), [&dst](ByteSpan piece) {
+    std::memcpy(dst, piece.data(), piece.size());
+    dst += piece.size();
+  });
 }
 
 Payload Payload::Subrange(size_t offset, size_t length) const {
   Payload result;
   result.owners_ = owners_;
-  size_t remaining = length;
-  for (const ByteSpan& segment : segments_) {
-    if (remaining == 0) break;
-    if (offset >= segment.size()) {
-      offset -= segment.size();
-      continue;
-    }
-    const size_t n = std::min(segment.size() - offset, remaining);
-    result.segments_.push_back(segment.subspan(offset, n));
-    remaining -= n;
-    offset = 0;
-  }
-  result.size_ = length - remaining;
+  ForEachPiece(offset, length, [&result](ByteSpan piece) {
+    result.segments_.push_back(piece);
+    result.size_ += piece.size();
+  });
   return result;
 }
 

@@ -30,8 +30,7 @@ ByteSpan AsBytes(absl::Span<const T> values) {
 }
 template <typename T>
 absl::Span<uint8_t> AsWritableBytes(absl::Span<T> values) {
-  return absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(values.data()),
-                             values.size() * sizeof(T));
+  return absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(values.data()), values.size() * sizeof(T));
 }
 
 class Payload {
@@ -68,6 +67,10 @@ class Payload {
   std::string ToString() const;
 
  private:
+  // Calls visit(piece) for the pieces of segments that make up [offset, offset + length).
+  template <typename Visit>
+  void ForEachPiece(size_t offset, size_t length, Visit&& visit) const;
+
   absl::InlinedVector<ByteSpan, 2> segments_;
   absl::InlinedVector<std::shared_ptr<const void>, 2> owners_;
   size_t size_ = 0;

@@ -43,21 +43,20 @@ absl::Status ValidateOptions(const ClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
   if (options.world_size == 0) return absl::InvalidArgumentError("world_size must be >= 1");
   if (options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("rank %d is out of range for world_size %d", options.rank,
-                        options.world_size));
+    return absl::InvalidArgumentError(absl::StrFormat("rank %d is out of range for world_size %d",
+                                                      options.rank, options.world_size));
   }
   if (options.partition_bytes == 0 ||
       options.partition_bytes % (kPartitionAlignElements * sizeof(float)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "partition_bytes %d is not a positive multiple of %d", options.partition_bytes,
-        kPartitionAlignElements * sizeof(float)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("partition_bytes %d is not a positive multiple of %d",
+                        options.partition_bytes, kPartitionAlignElements * sizeof(float)));
   }
   if (options.partition_bytes + kHeaderAllowance > options.max_message_bytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "partition_bytes %d leaves no room for headers in messages of %d bytes "
-        "(max_message_bytes must be at least partition_bytes + 1 MiB)",
-        options.partition_bytes, options.max_message_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("partition_bytes %d leaves no room for headers in messages of %d bytes "
+                        "(max_message_bytes must be at least partition_bytes + 1 MiB)",
+                        options.partition_bytes, options.max_message_bytes));
   }
   if (options.call_timeout <= absl::ZeroDuration() ||
       options.connect_timeout <= absl::ZeroDuration()) {
@@ -136,8 +135,8 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
   }
   offset = 0;
   for (const Piece& piece : pieces) {
-    result->payload.CopyTo(offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(piece.weights),
-                                                       piece.bytes));
+    result->payload.CopyTo(
+        offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(piece.weights), piece.bytes));
     offset += piece.bytes;
   }
   return absl::OkStatus();
@@ -160,8 +159,7 @@ class ClientImpl final : public Client {
 
   absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
                                    absl::Span<const float> initial_values) override;
-  Operation Push(absl::Span<const PushItem> gradients, uint64_t step,
-                 DoneCallback done) override {
+  Operation Push(absl::Span<const PushItem> gradients, uint64_t step, DoneCallback done) override {
     return StartData(hetps::v1::METHOD_PUSH, gradients, {}, step, std::move(done));
   }
   Operation Pull(absl::Span<const PullItem> weights, uint64_t min_version,
@@ -208,12 +206,12 @@ absl::Status ClientImpl::Connect() {
     absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
         transport_->Connect(address, deadline);
     if (!connection.ok()) {
-      return absl::Status(connection.status().code(),
-                          absl::StrFormat("shard %d (%s): %s", shard, address,
-                                          connection.status().message()));
+      return absl::Status(
+          connection.status().code(),
+          absl::StrFormat("shard %d (%s): %s", shard, address, connection.status().message()));
     }
-    channels.push_back(std::make_shared<ShardChannel>(shard, address, *std::move(connection),
-                                                      timers_.get()));
+    channels.push_back(
+        std::make_shared<ShardChannel>(shard, address, *std::move(connection), timers_.get()));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -230,9 +228,9 @@ absl::Status ClientImpl::Connect() {
     hello.set_num_shards(static_cast<uint32_t>(channels.size()));
     headers.push_back(hello.SerializeAsString());
   }
-  HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
-                         internal::CallEach(channels, hetps::v1::METHOD_HELLO, headers, {},
-                                            deadline));
+  HETPS_ASSIGN_OR_RETURN(
+      std::vector<transport::Response> responses,
+      internal::CallEach(channels, hetps::v1::METHOD_HELLO, headers, {}, deadline));
   for (uint32_t shard = 0; shard < responses.size(); ++shard) {
     hetps::v1::HelloResponse hello;
     if (!hello.ParseFromString(responses[shard].header)) {
@@ -240,8 +238,8 @@ absl::Status ClientImpl::Connect() {
     }
     if (hello.max_message_bytes() < options_.partition_bytes + kHeaderAllowance) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "shard %d accepts messages of up to %d bytes, too few for partitions of %d bytes",
-          shard, hello.max_message_bytes(), options_.partition_bytes));
+          "shard %d accepts messages of up to %d bytes, too few for partitions of %d bytes", shard,
+          hello.max_message_bytes(), options_.partition_bytes));
     }
   }
   return absl::OkStatus();
@@ -257,8 +255,7 @@ absl::StatusOr<const DeclaredTensor*> ClientImpl::FindTensor(TensorId id) {
   absl::MutexLock lock(&mu_);
   auto it = tensors_.find(id);
   if (it == tensors_.end()) {
-    return absl::NotFoundError(
-        absl::StrFormat("tensor %016x was not declared by this client", id));
+    return absl::NotFoundError(absl::StrFormat("tensor %016x was not declared by this client", id));
   }
   return it->second.get();
 }
@@ -268,9 +265,9 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
   HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
   if (spec.name.empty()) return absl::InvalidArgumentError("a tensor needs a name");
   if (!initial_values.empty() && initial_values.size() != spec.num_elements) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor '%s' has %d elements but %d initial values were given", spec.name,
-        spec.num_elements, initial_values.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("tensor '%s' has %d elements but %d initial values were given", spec.name,
+                        spec.num_elements, initial_values.size()));
   }
   HETPS_ASSIGN_OR_RETURN(
       PartitionLayout layout,
@@ -314,8 +311,8 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
     transport::Payload payload;
     for (const Piece& piece : message.pieces) {
       request.add_value_partitions(piece.partition);
-      payload.Append(transport::Payload::Borrow(transport::AsBytes(
-          absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+      payload.Append(transport::Payload::Borrow(
+          transport::AsBytes(absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
     }
     targets.push_back(channels[message.shard]);
     headers.push_back(request.SerializeAsString());
@@ -325,8 +322,8 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
                                            absl::Now() + options_.call_timeout)
                             .status());
   absl::MutexLock lock(&mu_);
-  tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(
-                                DeclaredTensor{spec.name, spec.num_elements, layout}));
+  tensors_.try_emplace(
+      key, std::make_unique<DeclaredTensor>(DeclaredTensor{spec.name, spec.num_elements, layout}));
   return key;
 }
 
@@ -336,8 +333,8 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
   const bool push = method != hetps::v1::METHOD_PULL;
   const bool pull = method != hetps::v1::METHOD_PUSH;
   if (push && pull && gradients.size() != weights.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "push-pull of %d gradients into %d weights", gradients.size(), weights.size()));
+    return absl::InvalidArgumentError(absl::StrFormat("push-pull of %d gradients into %d weights",
+                                                      gradients.size(), weights.size()));
   }
   const size_t count = push ? gradients.size() : weights.size();
   const uint32_t num_shards = static_cast<uint32_t>(options_.servers.size());
@@ -352,9 +349,9 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
     const size_t given = push ? gradients[i].gradient.size() : weights[i].weights.size();
     const size_t other = push && pull ? weights[i].weights.size() : given;
     if (given != tensor->num_elements || other != tensor->num_elements) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor '%s' has %d elements, %d were given", tensor->name, tensor->num_elements,
-          given != tensor->num_elements ? given : other));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s' has %d elements, %d were given", tensor->name,
+                          tensor->num_elements, given != tensor->num_elements ? given : other));
     }
     for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
       const PartitionRange range = tensor->layout.partition(p);
@@ -372,8 +369,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
                                 DoneCallback done) {
   absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> channels = Channels();
   if (!channels.ok()) return OperationState::Failed(channels.status(), std::move(done));
-  absl::StatusOr<std::vector<std::vector<Piece>>> pieces =
-      PlanPieces(method, gradients, weights);
+  absl::StatusOr<std::vector<std::vector<Piece>>> pieces = PlanPieces(method, gradients, weights);
   if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done));
   std::vector<PlannedMessage> messages =
       internal::PackMessages(*std::move(pieces), options_.partition_bytes);
@@ -392,8 +388,8 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       item->set_dtype(hetps::v1::DTYPE_FP32);
       if (push) {
         item->set_num_bytes(piece.bytes);
-        payload.Append(transport::Payload::Borrow(transport::AsBytes(
-            absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+        payload.Append(transport::Payload::Borrow(
+            transport::AsBytes(absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
       }
     }
     std::string header;
@@ -414,10 +410,9 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     const bool pull = method != hetps::v1::METHOD_PUSH;
     (*channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
-        [operation, pull, pieces = std::move(message.pieces)](
-            absl::StatusOr<transport::Response> result) {
-          operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result))
-                                      : result.status());
+        [operation, pull,
+         pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
+          operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
         });
   }
   return Operation(operation);
@@ -444,8 +439,7 @@ absl::Status ClientImpl::Barrier() {
 
 absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
   HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
-  std::vector<std::string> headers(channels.size(),
-                                   hetps::v1::StatsRequest().SerializeAsString());
+  std::vector<std::string> headers(channels.size(), hetps::v1::StatsRequest().SerializeAsString());
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
                          internal::CallEach(channels, hetps::v1::METHOD_STATS, headers, {},
                                             absl::Now() + options_.call_timeout));

@@ -88,7 +88,7 @@ TEST(PlacementTest, ManySmallTensorsScatterAcrossShards) {
     ++count[ShardOfPartition(TensorKeyFromName("tensor" + std::to_string(t)), 0, shards)];
   }
   for (int c : count) {
-    EXPECT_GT(c, 850);   // expectation 1000 each
+    EXPECT_GT(c, 850);  // expectation 1000 each
     EXPECT_LT(c, 1150);
   }
 }

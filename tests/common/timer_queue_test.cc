@@ -48,9 +48,8 @@ TEST(TimerQueueTest, EarlierTimerWakesTheThread) {
 TEST(TimerQueueTest, CancelledTimerDoesNotRun) {
   TimerQueue timers;
   std::atomic<bool> ran{false};
-  TimerQueue::TimerId id = timers.Schedule(absl::Now() + absl::Milliseconds(50), [&] {
-    ran = true;
-  });
+  TimerQueue::TimerId id =
+      timers.Schedule(absl::Now() + absl::Milliseconds(50), [&] { ran = true; });
   EXPECT_TRUE(timers.Cancel(id));
   EXPECT_FALSE(timers.Cancel(id));
   absl::SleepFor(absl::Milliseconds(150));

@@ -60,6 +60,25 @@ float FinalLoss(const std::string& log) {
   return std::stof(log.substr(at + 11));
 }
 
+// Starts `world_size` example workers; worker r logs to <dir>/worker<r>.log.
+std::vector<std::unique_ptr<Subprocess>> StartWorkers(const LocalCluster& cluster, int world_size,
+                                                      int steps, const std::string& sync,
+                                                      const std::vector<std::string>& extra = {}) {
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < world_size; ++r) {
+    std::vector<std::string> args =
+        WorkerArgs(cluster, r, world_size, steps, sync, absl::StrCat(cluster.dir(), "/model", r));
+    args.insert(args.end(), extra.begin(), extra.end());
+    workers.push_back(
+        std::make_unique<Subprocess>(args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
+  }
+  return workers;
+}
+
+std::string WorkerLog(const LocalCluster& cluster, int rank) {
+  return ReadFile(absl::StrCat(cluster.dir(), "/worker", rank, ".log"));
+}
+
 // The same training in one process: the workers' gradients summed in rank order, then SGD.
 std::vector<float> SingleProcessReference(int world_size, int steps) {
   examples::LinregProblem problem;
@@ -87,15 +106,9 @@ TEST(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.Start(2, 3).ok());
   const int steps = 60;
-  std::vector<std::unique_ptr<Subprocess>> workers;
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(cluster, 3, steps, "bsp");
   for (int r = 0; r < 3; ++r) {
-    workers.push_back(std::make_unique<Subprocess>(
-        WorkerArgs(cluster, r, 3, steps, "bsp", absl::StrCat(cluster.dir(), "/model", r)),
-        absl::StrCat(cluster.dir(), "/worker", r, ".log")));
-  }
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0)
-        << ReadFile(absl::StrCat(cluster.dir(), "/worker", r, ".log"));
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
   }
   const std::vector<float> reference = SingleProcessReference(3, steps);
   for (int r = 0; r < 3; ++r) {
@@ -105,23 +118,17 @@ TEST(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
       ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
           << "worker " << r << " element " << i;
     }
-    const std::string log = ReadFile(absl::StrCat(cluster.dir(), "/worker", r, ".log"));
-    EXPECT_LT(FinalLoss(log), 1e-3) << log;
+    EXPECT_LT(FinalLoss(WorkerLog(cluster, r)), 1e-3) << WorkerLog(cluster, r);
   }
 }
 
 TEST(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.Start(2, 3).ok());
-  std::vector<std::unique_ptr<Subprocess>> workers;
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(cluster, 3, 60, "asp");
   for (int r = 0; r < 3; ++r) {
-    workers.push_back(std::make_unique<Subprocess>(
-        WorkerArgs(cluster, r, 3, 60, "asp"), absl::StrCat(cluster.dir(), "/worker", r, ".log")));
-  }
-  for (int r = 0; r < 3; ++r) {
-    const std::string path = absl::StrCat(cluster.dir(), "/worker", r, ".log");
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << ReadFile(path);
-    EXPECT_LT(FinalLoss(ReadFile(path)), 1e-3) << ReadFile(path);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+    EXPECT_LT(FinalLoss(WorkerLog(cluster, r)), 1e-3) << WorkerLog(cluster, r);
   }
 }
 
@@ -180,31 +187,25 @@ bool WaitForVersion(const LocalCluster& cluster, uint32_t world_size, uint64_t v
   return false;
 }
 
-void ExpectDeadlineFailure(Subprocess& worker, const std::string& log_path) {
+// The worker must end, soon, with the example's error exit code and a deadline error.
+void ExpectDeadlineFailure(Subprocess& worker, const LocalCluster& cluster, int rank) {
   const absl::Time start = absl::Now();
   std::optional<int> code = worker.Wait(absl::Seconds(30));
   ASSERT_TRUE(code.has_value()) << "the worker hangs";
-  EXPECT_EQ(*code, 2) << ReadFile(log_path);
-  EXPECT_NE(ReadFile(log_path).find("DEADLINE_EXCEEDED"), std::string::npos)
-      << ReadFile(log_path);
+  const std::string log = WorkerLog(cluster, rank);
+  EXPECT_EQ(*code, 2) << log;
+  EXPECT_NE(log.find("DEADLINE_EXCEEDED"), std::string::npos) << log;
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
 TEST(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.Start(2, 3).ok());
-  std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int r = 0; r < 3; ++r) {
-    std::vector<std::string> args = WorkerArgs(cluster, r, 3, 100000, "bsp");
-    args.push_back("--call_timeout_s=2");
-    workers.push_back(std::make_unique<Subprocess>(
-        args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
-  }
+  std::vector<std::unique_ptr<Subprocess>> workers =
+      StartWorkers(cluster, 3, 100000, "bsp", {"--call_timeout_s=2"});
   ASSERT_TRUE(WaitForVersion(cluster, 3, 3));
   workers[2]->Signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) {
-    ExpectDeadlineFailure(*workers[r], absl::StrCat(cluster.dir(), "/worker", r, ".log"));
-  }
+  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster, r);
   // The shards are still alive and serving.
   EXPECT_TRUE(cluster.shard(0).running());
   EXPECT_TRUE(cluster.shard(1).running());
@@ -213,18 +214,11 @@ TEST(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
 TEST(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
   LocalCluster cluster;
   ASSERT_TRUE(cluster.Start(2, 2).ok());
-  std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = WorkerArgs(cluster, r, 2, 100000, "bsp");
-    args.push_back("--call_timeout_s=2");
-    workers.push_back(std::make_unique<Subprocess>(
-        args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
-  }
+  std::vector<std::unique_ptr<Subprocess>> workers =
+      StartWorkers(cluster, 2, 100000, "bsp", {"--call_timeout_s=2"});
   ASSERT_TRUE(WaitForVersion(cluster, 2, 3));
   cluster.shard(1).Signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) {
-    ExpectDeadlineFailure(*workers[r], absl::StrCat(cluster.dir(), "/worker", r, ".log"));
-  }
+  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster, r);
 }
 
 TEST(PsServerTest, HelpDocumentsEveryFlag) {
@@ -233,10 +227,9 @@ TEST(PsServerTest, HelpDocumentsEveryFlag) {
   Subprocess help({BinaryPath("server/ps-server"), "--help"}, dir + "/help.txt");
   ASSERT_TRUE(help.Wait(absl::Seconds(30)).has_value());
   const std::string text = ReadFile(dir + "/help.txt");
-  for (const char* flag :
-       {"--host", "--port ", "--port_file", "--shard_index", "--num_shards", "--num_workers",
-        "--job_id", "--threads", "--max_message_bytes", "--max_pending_steps", "--max_wait_s",
-        "--lifetime_s"}) {
+  for (const char* flag : {"--host", "--port ", "--port_file", "--shard_index", "--num_shards",
+                           "--num_workers", "--job_id", "--threads", "--max_message_bytes",
+                           "--max_pending_steps", "--max_wait_s", "--lifetime_s"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag << " is not in --help:\n" << text;
   }
 }

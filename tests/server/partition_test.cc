@@ -55,8 +55,8 @@ Payload Fragmented(const std::vector<float>& values, std::vector<std::string>* s
     storage->push_back(" " + bytes.substr(offset, 7));  // leading byte: misaligned
   }
   for (const std::string& piece : *storage) {
-    payload.Append(Payload::Borrow(transport::ByteSpan(
-        reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
+    payload.Append(Payload::Borrow(
+        transport::ByteSpan(reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
   }
   return payload;
 }

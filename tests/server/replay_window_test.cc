@@ -26,8 +26,8 @@ TEST(ReplayWindowTest, AcceptsEachNumberOnceInAnyOrder) {
 TEST(ReplayWindowTest, ForgetsOnlyWhatFallsOutOfTheWindow) {
   ReplayWindow window;
   EXPECT_TRUE(Accept(window, 1000));
-  EXPECT_TRUE(Accept(window, 1000 - 63));  // oldest still inside
-  EXPECT_FALSE(Accept(window, 1000 - 64)); // too old to tell from a repeat
+  EXPECT_TRUE(Accept(window, 1000 - 63));   // oldest still inside
+  EXPECT_FALSE(Accept(window, 1000 - 64));  // too old to tell from a repeat
   EXPECT_TRUE(Accept(window, 1001));
   EXPECT_FALSE(Accept(window, 1000));
   EXPECT_TRUE(Accept(window, 5000));  // a jump clears the window

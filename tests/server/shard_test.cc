@@ -10,6 +10,7 @@
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
+#include "tests/testing/call.h"
 #include "tests/testing/test_cluster.h"
 #include "transport/grpc/grpc_transport.h"
 
@@ -58,14 +59,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     request.header = header.SerializeAsString();
     request.payload = std::move(payload);
     request.deadline = absl::Now() + timeout;
-    absl::Notification done;
-    absl::StatusOr<transport::Response> result;
-    shard0_->Call(std::move(request), [&](absl::StatusOr<transport::Response> r) {
-      result = std::move(r);
-      done.Notify();
-    });
-    done.WaitForNotification();
-    return result;
+    return testing::CallAndWait(*shard0_, std::move(request));
   }
 
   hetps::v1::TensorDecl Decl() const {

@@ -30,8 +30,7 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (int i = 0; i < num_shards; ++i) {
     int port = 0;
-    while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(
-                                 ReadFile(absl::StrCat(dir(), "/port", i))),
+    while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(absl::StrCat(dir(), "/port", i))),
                              &port)) {
       if (!shards_[i]->running()) {
         return absl::InternalError(absl::StrCat("shard ", i, " exited: ", ReadFile(shard_log(i))));
@@ -52,6 +51,8 @@ LocalCluster::~LocalCluster() {
 
 std::string LocalCluster::servers_flag() const { return absl::StrJoin(addresses_, ","); }
 
-std::string LocalCluster::shard_log(int i) const { return absl::StrCat(dir(), "/shard", i, ".log"); }
+std::string LocalCluster::shard_log(int i) const {
+  return absl::StrCat(dir(), "/shard", i, ".log");
+}
 
 }  // namespace hetps::testing

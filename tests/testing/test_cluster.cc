@@ -5,9 +5,9 @@
 
 namespace hetps::testing {
 
-absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(
-    const std::string& transport, int num_shards, int num_workers,
-    const server::ServerOptions& base) {
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const std::string& transport,
+                                                                int num_shards, int num_workers,
+                                                                const server::ServerOptions& base) {
   auto cluster = std::make_unique<TestCluster>();
   cluster->num_workers_ = num_workers;
   if (transport == "inproc") cluster->inproc_ = transport::NewInProcTransport();

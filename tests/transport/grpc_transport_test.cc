@@ -1,18 +1,20 @@
 // What the gRPC transport does with frames that do not follow the protocol: a server refuses
 // them with a specific error and keeps serving everyone else.
-#include <memory>
-#include <string>
+#include "transport/grpc/grpc_transport.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
+#include <memory>
+#include <string>
+
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/frame.pb.h"
+#include "tests/testing/call.h"
 #include "transport/grpc/frame_codec.h"
-#include "transport/grpc/grpc_transport.h"
 
 namespace hetps::transport {
 namespace {
@@ -27,16 +29,7 @@ class EchoHandler : public RequestHandler {
   }
 };
 
-absl::StatusOr<Response> CallAndWait(Connection& connection, Request request) {
-  absl::Notification done;
-  absl::StatusOr<Response> result;
-  connection.Call(std::move(request), [&](absl::StatusOr<Response> r) {
-    result = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
-}
+using testing::CallAndWait;
 
 Request Echo(std::string header, Payload payload = Payload()) {
   Request request;
@@ -102,8 +95,8 @@ class GrpcFrameTest : public ::testing::Test {
     TransportOptions options;
     options.max_message_bytes = max_message_bytes;
     client_transports_.push_back(NewGrpcTransport(options));
-    auto connection = client_transports_.back()->Connect(listener_->address(),
-                                                         absl::Now() + absl::Seconds(10));
+    auto connection =
+        client_transports_.back()->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
     EXPECT_TRUE(connection.ok()) << connection.status();
     return connection.ok() ? *std::move(connection) : nullptr;
   }
@@ -123,8 +116,7 @@ TEST_F(GrpcFrameTest, FrameOverTheServersLimitIsRefusedAndOthersAreServed) {
   ASSERT_TRUE(CallAndWait(*other_client, Echo("before")).ok());
 
   std::vector<uint8_t> big(2 << 20, 1);
-  absl::StatusOr<Response> refused =
-      CallAndWait(*big_client, Echo("big", Payload::Borrow(big)));
+  absl::StatusOr<Response> refused = CallAndWait(*big_client, Echo("big", Payload::Borrow(big)));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
 
   absl::StatusOr<Response> other = CallAndWait(*other_client, Echo("after"));
@@ -145,11 +137,12 @@ TEST_F(GrpcFrameTest, TruncatedFrameGetsInvalidArgumentForItsCall) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(frame.Dump(&slices).ok());
   std::string flat;
-  for (const auto& slice : slices) flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  for (const auto& slice : slices)
+    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   flat.resize(flat.size() - 10);
   grpc::Slice truncated(flat);
-  RawResult result = SendRaw(listener_->address(), grpc_internal::kStreamMethod,
-                             grpc::ByteBuffer(&truncated, 1));
+  RawResult result =
+      SendRaw(listener_->address(), grpc_internal::kStreamMethod, grpc::ByteBuffer(&truncated, 1));
   ASSERT_TRUE(result.got_message);
   grpc_internal::DecodeError error;
   absl::StatusOr<grpc_internal::Frame> reply = grpc_internal::DecodeFrame(result.message, &error);
@@ -163,8 +156,8 @@ TEST_F(GrpcFrameTest, GarbageFrameEndsOnlyItsOwnStream) {
   std::unique_ptr<Connection> client = Connect(1 << 20);
   ASSERT_NE(client, nullptr);
   grpc::Slice garbage(std::string("\xff\xff\xff\x7f garbage"));
-  RawResult result = SendRaw(listener_->address(), grpc_internal::kStreamMethod,
-                             grpc::ByteBuffer(&garbage, 1));
+  RawResult result =
+      SendRaw(listener_->address(), grpc_internal::kStreamMethod, grpc::ByteBuffer(&garbage, 1));
   EXPECT_FALSE(result.got_message);
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(CallAndWait(*client, Echo("fine")).ok());
@@ -172,8 +165,8 @@ TEST_F(GrpcFrameTest, GarbageFrameEndsOnlyItsOwnStream) {
 
 TEST_F(GrpcFrameTest, UnknownGrpcMethodIsUnimplemented) {
   grpc::Slice empty(std::string(""));
-  RawResult result = SendRaw(listener_->address(), "/hetps.v1.Transport/Nope",
-                             grpc::ByteBuffer(&empty, 1));
+  RawResult result =
+      SendRaw(listener_->address(), "/hetps.v1.Transport/Nope", grpc::ByteBuffer(&empty, 1));
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/call.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/inproc/inproc_transport.h"
 
@@ -91,18 +92,10 @@ class TestHandler : public RequestHandler {
   std::vector<std::thread> threads_;
 };
 
-absl::StatusOr<Response> CallAndWait(Connection& connection, Request request) {
-  absl::Notification done;
-  absl::StatusOr<Response> result;
-  connection.Call(std::move(request), [&](absl::StatusOr<Response> r) {
-    result = std::move(r);
-    done.Notify();
-  });
-  done.WaitForNotification();  // every call has a deadline in these tests
-  return result;
-}
+using testing::CallAndWait;
 
-Request MakeRequest(uint32_t method, std::string header, absl::Duration timeout = absl::Seconds(10)) {
+Request MakeRequest(uint32_t method, std::string header,
+                    absl::Duration timeout = absl::Seconds(10)) {
   Request request;
   request.method = method;
   request.header = std::move(header);

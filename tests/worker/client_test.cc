@@ -200,8 +200,7 @@ TEST_P(ClientTest, BadCallsGetSpecificErrors) {
   auto id = client->Declare(Spec("w", 100));
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(client->Declare(Spec("w", 200)).status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(client->Declare(Spec("w", 100, 0.5)).status().code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(client->Declare(Spec("w", 100, 0.5)).status().code(), absl::StatusCode::kAlreadyExists);
   std::vector<float> three(3);
   EXPECT_EQ(client->Declare(Spec("x", 4), three).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -72,14 +72,13 @@ absl::StatusOr<Frame> DecodeFrame(const grpc::ByteBuffer& buffer, DecodeError* e
   }
   uint8_t prefix[kLengthPrefixBytes];
   all.CopyTo(0, absl::MakeSpan(prefix));
-  const uint32_t header_bytes = static_cast<uint32_t>(prefix[0]) |
-                                static_cast<uint32_t>(prefix[1]) << 8 |
-                                static_cast<uint32_t>(prefix[2]) << 16 |
-                                static_cast<uint32_t>(prefix[3]) << 24;
+  const uint32_t header_bytes =
+      static_cast<uint32_t>(prefix[0]) | static_cast<uint32_t>(prefix[1]) << 8 |
+      static_cast<uint32_t>(prefix[2]) << 16 | static_cast<uint32_t>(prefix[3]) << 24;
   if (header_bytes > all.size() - kLengthPrefixBytes) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-        "frame truncated: header of %d bytes announced, %d bytes follow", header_bytes,
-        all.size() - kLengthPrefixBytes)));
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("frame truncated: header of %d bytes announced, %d bytes follow",
+                        header_bytes, all.size() - kLengthPrefixBytes)));
   }
   std::string header_data(header_bytes, '\0');
   all.CopyTo(kLengthPrefixBytes,
@@ -91,10 +90,10 @@ absl::StatusOr<Frame> DecodeFrame(const grpc::ByteBuffer& buffer, DecodeError* e
   error->call_id = frame.header.call_id();
   const size_t available = all.size() - kLengthPrefixBytes - header_bytes;
   if (frame.header.payload_bytes() != available) {
-    return fail(absl::InvalidArgumentError(absl::StrFormat(
-        "frame %s: header announces %d payload bytes, %d arrived",
-        frame.header.payload_bytes() > available ? "truncated" : "too long",
-        frame.header.payload_bytes(), available)));
+    return fail(absl::InvalidArgumentError(
+        absl::StrFormat("frame %s: header announces %d payload bytes, %d arrived",
+                        frame.header.payload_bytes() > available ? "truncated" : "too long",
+                        frame.header.payload_bytes(), available)));
   }
   frame.payload = all.Subrange(kLengthPrefixBytes + header_bytes, available);
   return frame;

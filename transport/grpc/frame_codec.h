@@ -5,10 +5,10 @@
 #ifndef HETPS_TRANSPORT_GRPC_FRAME_CODEC_H_
 #define HETPS_TRANSPORT_GRPC_FRAME_CODEC_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <cstdint>
 #include <optional>
-
-#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/status/statusor.h"
 #include "proto/frame.pb.h"

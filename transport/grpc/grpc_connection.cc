@@ -1,11 +1,11 @@
 #include "transport/grpc/grpc_connection.h"
 
+#include <grpcpp/client_context.h>
+#include <grpcpp/support/client_callback.h>
+
 #include <deque>
 #include <utility>
 #include <vector>
-
-#include <grpcpp/client_context.h>
-#include <grpcpp/support/client_callback.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -115,10 +115,10 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
       ended_ = true;
       orphans.swap(calls_);
     }
-    absl::Status error =
-        status.ok() ? absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"))
-                    : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                                   absl::StrCat(peer_, ": ", status.error_message()));
+    absl::Status error = status.ok()
+                             ? absl::UnavailableError(absl::StrCat("stream to ", peer_, " ended"))
+                             : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                            absl::StrCat(peer_, ": ", status.error_message()));
     for (uint64_t id : orphans) tracker_->Finish(id, error);
     done_.Notify();
   }

@@ -5,11 +5,11 @@
 #ifndef HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 #define HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 
-#include <memory>
-#include <string>
-
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"

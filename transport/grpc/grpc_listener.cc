@@ -1,12 +1,12 @@
 #include "transport/grpc/grpc_listener.h"
 
-#include <deque>
-#include <utility>
-
 #include <grpc/grpc.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/support/server_callback.h>
+
+#include <deque>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -49,8 +49,8 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
       LogWarning("unreadable frame from %s: %s", peer_, frame.status().ToString());
       mu_.Lock();
       read_ended_ = true;
-      final_status_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   std::string(frame.status().message()));
+      final_status_ =
+          grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(frame.status().message()));
       UnlockAndFinishIfIdle();
       return;
     }
@@ -182,8 +182,8 @@ class GrpcListener::Service final : public grpc::CallbackGenericService {
   Service(RequestHandler* handler, size_t max_message_bytes)
       : handler_(handler), max_message_bytes_(max_message_bytes) {}
 
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context)
-      override {
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
     if (context->method() != kStreamMethod) {
       return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
     }

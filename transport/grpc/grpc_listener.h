@@ -5,11 +5,11 @@
 #ifndef HETPS_TRANSPORT_GRPC_GRPC_LISTENER_H_
 #define HETPS_TRANSPORT_GRPC_GRPC_LISTENER_H_
 
-#include <memory>
-#include <string>
-
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"

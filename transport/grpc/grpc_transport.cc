@@ -45,8 +45,8 @@ class GrpcTransport final : public Transport {
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
     }
-    return std::make_unique<grpc_internal::GrpcConnection>(
-        address, std::move(channel), options_.max_message_bytes, &timers_);
+    return std::make_unique<grpc_internal::GrpcConnection>(address, std::move(channel),
+                                                           options_.max_message_bytes, &timers_);
   }
 
  private:

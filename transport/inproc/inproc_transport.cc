@@ -46,8 +46,8 @@ class InProcNetwork;
 
 class InProcConnection final : public Connection {
  public:
-  InProcConnection(std::string address, std::shared_ptr<Endpoint> endpoint,
-                   InProcNetwork* network, TimerQueue* timers)
+  InProcConnection(std::string address, std::shared_ptr<Endpoint> endpoint, InProcNetwork* network,
+                   TimerQueue* timers)
       : address_(std::move(address)),
         endpoint_(std::move(endpoint)),
         network_(network),
@@ -68,8 +68,7 @@ class InProcConnection final : public Connection {
 
 class InProcListener final : public Listener {
  public:
-  InProcListener(std::string address, std::shared_ptr<Endpoint> endpoint,
-                 InProcNetwork* network)
+  InProcListener(std::string address, std::shared_ptr<Endpoint> endpoint, InProcNetwork* network)
       : address_(std::move(address)), endpoint_(std::move(endpoint)), network_(network) {}
   ~InProcListener() override { Shutdown(); }
   std::string address() const override { return address_; }

@@ -9,12 +9,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "worker/client.h"
 #include "worker/examples/linreg_model.h"
 
@@ -43,14 +40,8 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view path) {
-    return absl::StrContains(path, "linear_regression");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage("Trains a linear regression through a hetps cluster.");
-  absl::ParseCommandLine(argc, argv);
+  hetps::ParseCommandLine(argc, argv, __FILE__,
+                          "Trains a linear regression through a hetps cluster.");
 
   hetps::ClientOptions options;
   options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
@@ -96,8 +87,8 @@ int main(int argc, char** argv) {
 
   const int steps = absl::GetFlag(FLAGS_steps);
   for (int step = 0; step < steps; ++step) {
-    const float loss = hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w),
-                                                        &grad_b);
+    const float loss =
+        hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w), &grad_b);
     std::printf("rank %u step %d loss %.6f\n", options.rank, step, loss);
     std::fflush(stdout);
     absl::Status s = (*client)->PushPull(gradients, model, static_cast<uint64_t>(step)).Wait();

@@ -130,9 +130,9 @@ void ShardChannel::RunRetry(uint64_t retry_id) {
 
 void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Response> result) {
   if (!result.ok()) {
-    result = absl::Status(result.status().code(),
-                          absl::StrFormat("shard %d (%s): %s", index_, address_,
-                                          result.status().message()));
+    result = absl::Status(
+        result.status().code(),
+        absl::StrFormat("shard %d (%s): %s", index_, address_, result.status().message()));
   }
   transport::ResponseCallback done = std::move(call.done);
   call.done = nullptr;

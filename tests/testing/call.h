@@ -1,0 +1,26 @@
+// Blocking calls for transport-level tests.
+#ifndef HETPS_TESTS_TESTING_CALL_H_
+#define HETPS_TESTS_TESTING_CALL_H_
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "transport/transport.h"
+
+namespace hetps::testing {
+
+// Sends `request` and waits for its outcome; the request's deadline bounds the wait.
+inline absl::StatusOr<transport::Response> CallAndWait(transport::Connection& connection,
+                                                       transport::Request request) {
+  absl::Notification done;
+  absl::StatusOr<transport::Response> result;
+  connection.Call(std::move(request), [&](absl::StatusOr<transport::Response> r) {
+    result = std::move(r);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
+}
+
+}  // namespace hetps::testing
+
+#endif  // HETPS_TESTS_TESTING_CALL_H_
