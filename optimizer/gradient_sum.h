@@ -1,41 +1,49 @@
-// Summing the workers' gradients block by block, in a fixed order, so every update rule can fuse
-// the sum with its own pass: the block stays in L1 cache between the sum and the update.
+// FusedUpdate: the loop shared by every update rule. The workers' gradients are summed block by
+// block, in the given order, into a buffer that stays in L1 cache, and the rule's own loop runs
+// on each block right away, so the sum costs no extra pass over memory. With one gradient the
+// rule reads it in place.
 //
-//   ForEachGradientBlock(args, [&](size_t begin, size_t n, const float* g) { ... });
+//   struct Sgd {
+//     struct Coeffs { float lr; };
+//     HETPS_KERNEL static void Block(const Coeffs& c, const UpdateArgs& a, size_t begin,
+//                                    size_t n, const float* g) { ... }
+//   };
+//   RunKernel<FusedUpdate<Sgd>>(&args, &coeffs);   // at the CPU's best SIMD level
 #ifndef HETPS_OPTIMIZER_GRADIENT_SUM_H_
 #define HETPS_OPTIMIZER_GRADIENT_SUM_H_
 
 #include <algorithm>
 #include <cstddef>
 
+#include "common/simd.h"
 #include "optimizer/optimizer.h"
 
 namespace hetps {
 
-// Elements per block: 4096 floats = 16 KiB, well inside L1 with the weights beside it.
+// Elements per block: 4096 floats = 16 KiB, in L1 with the block's weights and state.
 inline constexpr size_t kGradientBlock = 4096;
 
-// Calls visit(begin, n, g) for consecutive blocks of args.size elements, where g[i] is the sum
-// of args.gradients[0][begin + i] + args.gradients[1][begin + i] + ..., added in that order.
-// With one gradient, g points straight into it (no copy).
-template <typename Visit>
-void ForEachGradientBlock(const UpdateArgs& args, Visit&& visit) {
-  alignas(64) float block[kGradientBlock];
-  for (size_t begin = 0; begin < args.size; begin += kGradientBlock) {
-    const size_t n = std::min(kGradientBlock, args.size - begin);
-    if (args.gradients.size() == 1) {
-      visit(begin, n, args.gradients[0] + begin);
-      continue;
+template <typename Rule>
+struct FusedUpdate {
+  HETPS_KERNEL static void Run(const UpdateArgs* args, const typename Rule::Coeffs* coeffs) {
+    alignas(64) float block[kGradientBlock];
+    const size_t workers = args->gradients.size();
+    for (size_t begin = 0; begin < args->size; begin += kGradientBlock) {
+      const size_t n = std::min(kGradientBlock, args->size - begin);
+      const float* g = args->gradients[0] + begin;
+      if (workers > 1) {
+        const float* __restrict first = g;
+        for (size_t i = 0; i < n; ++i) block[i] = first[i];
+        for (size_t r = 1; r < workers; ++r) {
+          const float* __restrict next = args->gradients[r] + begin;
+          for (size_t i = 0; i < n; ++i) block[i] += next[i];
+        }
+        g = block;
+      }
+      Rule::Block(*coeffs, *args, begin, n, g);
     }
-    const float* __restrict first = args.gradients[0] + begin;
-    for (size_t i = 0; i < n; ++i) block[i] = first[i];
-    for (size_t r = 1; r < args.gradients.size(); ++r) {
-      const float* __restrict g = args.gradients[r] + begin;
-      for (size_t i = 0; i < n; ++i) block[i] += g[i];
-    }
-    visit(begin, n, static_cast<const float*>(block));
   }
-}
+};
 
 }  // namespace hetps
 

@@ -57,19 +57,28 @@ std::vector<std::string> RegisteredOptimizers() {
   return names;
 }
 
+void Optimizer::InitializeState(absl::Span<float* const> state, size_t size) const {
+  for (float* slot : state) std::fill(slot, slot + size, 0.0f);
+}
+
 OptimizerParamsReader::OptimizerParamsReader(absl::string_view optimizer,
                                              const OptimizerParams& params)
     : optimizer_(optimizer), params_(params) {}
 
 double OptimizerParamsReader::Lookup(absl::string_view name, double default_value) {
-  known_.emplace_back(name);
   auto it = params_.find(std::string(name));
   const double value = it == params_.end() ? default_value : it->second;
-  if (!std::isfinite(value) && error_.ok()) {
-    error_ = absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s must be a finite number, got %g", optimizer_, name, value));
-  }
+  resolved_[std::string(name)] = value;
+  if (!std::isfinite(value)) Fail(name, value, "a finite number");
   return value;
+}
+
+void OptimizerParamsReader::Fail(absl::string_view name, double value,
+                                 absl::string_view expected) {
+  if (error_.ok()) {
+    error_ = absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s must be %s, got %g", optimizer_, name, expected, value));
+  }
 }
 
 double OptimizerParamsReader::Get(absl::string_view name, double default_value) {
@@ -78,20 +87,43 @@ double OptimizerParamsReader::Get(absl::string_view name, double default_value) 
 
 double OptimizerParamsReader::GetNonNegative(absl::string_view name, double default_value) {
   const double value = Lookup(name, default_value);
-  if (value < 0 && error_.ok()) {
-    error_ = absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s must be >= 0, got %g", optimizer_, name, value));
-  }
+  if (value < 0) Fail(name, value, ">= 0");
   return value;
+}
+
+double OptimizerParamsReader::GetPositive(absl::string_view name, double default_value) {
+  const double value = Lookup(name, default_value);
+  if (!(value > 0)) Fail(name, value, "> 0");
+  return value;
+}
+
+double OptimizerParamsReader::GetFraction(absl::string_view name, double default_value) {
+  const double value = Lookup(name, default_value);
+  if (!(value >= 0 && value < 1)) Fail(name, value, "in [0, 1)");
+  return value;
+}
+
+bool OptimizerParamsReader::GetBool(absl::string_view name, bool default_value) {
+  const double value = Lookup(name, default_value ? 1 : 0);
+  if (value != 0 && value != 1) Fail(name, value, "0 or 1");
+  return value == 1;
+}
+
+void OptimizerParamsReader::Require(bool condition, absl::string_view message) {
+  if (!condition && error_.ok()) {
+    error_ = absl::InvalidArgumentError(absl::StrCat(optimizer_, ": ", message));
+  }
 }
 
 absl::Status OptimizerParamsReader::Finish() const {
   if (!error_.ok()) return error_;
   for (const auto& [name, value] : params_) {
-    if (std::find(known_.begin(), known_.end(), name) == known_.end()) {
+    if (!resolved_.contains(name)) {
+      std::vector<std::string> known;
+      for (const auto& [known_name, unused] : resolved_) known.push_back(known_name);
       return absl::InvalidArgumentError(absl::StrFormat("%s has no hyperparameter '%s' (known: %s)",
                                                         optimizer_, name,
-                                                        absl::StrJoin(known_, ", ")));
+                                                        absl::StrJoin(known, ", ")));
     }
   }
   return absl::OkStatus();

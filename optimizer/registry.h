@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "optimizer/optimizer.h"
@@ -29,27 +31,41 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(absl::string_view nam
 
 std::vector<std::string> RegisteredOptimizers();
 
-// Reads a rule's hyperparameters: each Get names one with its default; Finish() then refuses
-// names that were never asked for and any range error found on the way.
+// Reads a rule's hyperparameters: each Get names one with its default and its allowed range;
+// Finish() then refuses names that were never asked for and the first range error found.
 //
-//   OptimizerParamsReader reader("sgd", params);
-//   double lr = reader.GetNonNegative("lr", 1e-3);
+//   OptimizerParamsReader reader("adam", params);
+//   const double lr = reader.GetNonNegative("lr", 1e-3);
+//   const double eps = reader.GetPositive("eps", 1e-8);
 //   HETPS_RETURN_IF_ERROR(reader.Finish());
+//   ... reader.resolved() holds every hyperparameter, defaults filled in.
 class OptimizerParamsReader {
  public:
   OptimizerParamsReader(absl::string_view optimizer, const OptimizerParams& params);
 
+  // Any finite value.
   double Get(absl::string_view name, double default_value);
-  // The value must be >= 0 (and finite).
+  // >= 0.
   double GetNonNegative(absl::string_view name, double default_value);
+  // > 0.
+  double GetPositive(absl::string_view name, double default_value);
+  // In [0, 1), like Adam's betas.
+  double GetFraction(absl::string_view name, double default_value);
+  // 0 or 1.
+  bool GetBool(absl::string_view name, bool default_value);
+  // Records `message` as the error unless `condition` holds.
+  void Require(bool condition, absl::string_view message);
+
   absl::Status Finish() const;
+  const OptimizerParams& resolved() const { return resolved_; }
 
  private:
   double Lookup(absl::string_view name, double default_value);
+  void Fail(absl::string_view name, double value, absl::string_view expected);
 
   const std::string optimizer_;
   const OptimizerParams& params_;
-  std::vector<std::string> known_;
+  OptimizerParams resolved_;
   absl::Status error_;
 };
 

@@ -1,5 +1,6 @@
 #include "server/partition.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -9,12 +10,31 @@
 #include "common/status_macros.h"
 
 namespace hetps::server {
+namespace {
+
+// The same update restricted to elements [begin, end).
+UpdateArgs Slice(const UpdateArgs& args, size_t begin, size_t end,
+                 std::vector<const float*>& gradients, std::vector<float*>& state) {
+  UpdateArgs slice = args;
+  slice.weights_in = args.weights_in + begin;
+  slice.weights_out = args.weights_out + begin;
+  slice.size = end - begin;
+  gradients.clear();
+  for (const float* g : args.gradients) gradients.push_back(g + begin);
+  state.clear();
+  for (float* s : args.state) state.push_back(s + begin);
+  slice.gradients = gradients;
+  slice.state = state;
+  return slice;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& config,
                                                              AlignedBuffer weights) {
   const size_t state_floats =
       static_cast<size_t>(config.optimizer->state_slots()) * config.range.size;
-  HETPS_ASSIGN_OR_RETURN(AlignedBuffer state, AlignedBuffer::AllocateZeroed(state_floats));
+  HETPS_ASSIGN_OR_RETURN(AlignedBuffer state, AlignedBuffer::Allocate(state_floats));
   return std::unique_ptr<Partition>(new Partition(config, std::move(weights), std::move(state)));
 }
 
@@ -27,11 +47,14 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
   for (int slot = 0; slot < config_.optimizer->state_slots(); ++slot) {
     state_slots_.push_back(state_.data() + slot * config_.range.size);
   }
+  config_.optimizer->InitializeState(state_slots_, config_.range.size);
+  schedule_.emplace_back(0, config_.optimizer);
 }
 
-absl::StatusOr<Partition::HeldGradient> Partition::Hold(transport::Payload gradient) {
+absl::StatusOr<Partition::HeldGradient> Partition::Hold(FloatFormat format,
+                                                        transport::Payload gradient) {
   HeldGradient held;
-  if (gradient.segments().size() == 1 &&
+  if (format == FloatFormat::kFp32 && gradient.segments().size() == 1 &&
       reinterpret_cast<uintptr_t>(gradient.segments()[0].data()) % alignof(float) == 0) {
     held.data = reinterpret_cast<const float*>(gradient.segments()[0].data());
     held.payload = std::move(gradient);
@@ -43,7 +66,7 @@ absl::StatusOr<Partition::HeldGradient> Partition::Hold(transport::Payload gradi
   } else {
     HETPS_ASSIGN_OR_RETURN(held.copy, AlignedBuffer::Allocate(config_.range.size));
   }
-  gradient.CopyTo(0, transport::AsWritableBytes(held.copy.span()));
+  gradient.ConvertTo(0, format, held.copy.data(), FloatFormat::kFp32, config_.range.size);
   held.data = held.copy.data();
   return held;
 }
@@ -53,11 +76,11 @@ void Partition::Release(HeldGradient& gradient) {
   gradient = HeldGradient();
 }
 
-absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence,
+absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence, FloatFormat format,
                              transport::Payload gradient) {
   if (config_.sync_mode == hetps::v1::SYNC_MODE_ASP) {
     if (!applied_[rank].IsNew(sequence)) return absl::OkStatus();  // a retry
-    HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(std::move(gradient)));
+    HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(format, std::move(gradient)));
     applied_[rank].Mark(sequence);
     const float* gradients[] = {held.data};
     Apply(gradients);
@@ -69,7 +92,7 @@ absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence,
   Step& pending = steps_[step];
   if (pending.gradients.empty()) pending.gradients.resize(config_.num_workers);
   if (pending.gradients[rank].data != nullptr) return absl::OkStatus();  // a retry
-  absl::StatusOr<HeldGradient> held = Hold(std::move(gradient));
+  absl::StatusOr<HeldGradient> held = Hold(format, std::move(gradient));
   if (!held.ok()) {
     if (pending.received == 0) steps_.erase(step);
     return held.status();
@@ -96,6 +119,13 @@ void Partition::ApplyCompleteSteps() {
   if (applied) WakeWaiters();
 }
 
+const Optimizer& Partition::OptimizerForNextStep() {
+  const uint64_t next = version();
+  // Entries are ascending; drop those that a later entry has replaced for good.
+  while (schedule_.size() > 1 && schedule_[1].first <= next) schedule_.erase(schedule_.begin());
+  return *schedule_.front().second;
+}
+
 void Partition::Apply(absl::Span<const float* const> gradients) {
   // Pulls being sent still refer to the current buffer: then write the new weights into a fresh
   // one instead of in place. Only this thread adds references, so use_count() == 1 is exclusive.
@@ -105,8 +135,8 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
     if (fresh.ok()) {
       out = std::make_shared<AlignedBuffer>(*std::move(fresh));
     } else {
-      LogWarning("partition %d: %s; updating in place while a pull is being sent", config_.index,
-                 fresh.status().ToString());
+      LogWarning("partition %d: %s; updating in place while a pull is being sent",
+                 config_.index, fresh.status().ToString());
     }
   }
   UpdateArgs args;
@@ -116,14 +146,44 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
   args.state = state_slots_;
   args.size = config_.range.size;
   args.step = version();
-  config_.optimizer->Update(args);
+  const Optimizer& optimizer = OptimizerForNextStep();
+  if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
+    config_.kernel_pool->ParallelFor(args.size, kPartitionAlignElements,
+                                     [&](size_t begin, size_t end) {
+                                       std::vector<const float*> slice_gradients;
+                                       std::vector<float*> slice_state;
+                                       optimizer.Update(Slice(args, begin, end, slice_gradients,
+                                                              slice_state));
+                                     });
+  } else {
+    optimizer.Update(args);
+  }
   weights_ = std::move(out);
   version_.store(version() + 1, std::memory_order_release);
+}
+
+absl::Status Partition::Reschedule(uint64_t from_version,
+                                   std::shared_ptr<const Optimizer> optimizer) {
+  if (version() > from_version) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d is at version %d: too late to change the optimizer from version %d on",
+        config_.index, version(), from_version));
+  }
+  auto it = std::lower_bound(
+      schedule_.begin(), schedule_.end(), from_version,
+      [](const auto& entry, uint64_t version) { return entry.first < version; });
+  if (it != schedule_.end() && it->first == from_version) {
+    it->second = std::move(optimizer);
+  } else {
+    schedule_.emplace(it, from_version, std::move(optimizer));
+  }
+  return absl::OkStatus();
 }
 
 void Partition::SetInitialValues(const transport::Payload& values) {
   if (!awaits_values_ || version() != 0) return;
   awaits_values_ = false;
+  bf16_ = fp16_ = WireCopy();  // conversions of the zeros are stale now
   if (weights_.use_count() > 1) {
     // A pull is sending the zeros: write the values into a fresh buffer.
     absl::StatusOr<AlignedBuffer> fresh = AlignedBuffer::Allocate(config_.range.size);
@@ -132,14 +192,33 @@ void Partition::SetInitialValues(const transport::Payload& values) {
   values.CopyTo(0, transport::AsWritableBytes(weights_->span()));
 }
 
-void Partition::Pull(uint64_t min_version, std::shared_ptr<PendingRequest> request, size_t slot) {
+WeightsSnapshot Partition::Snapshot(FloatFormat format) {
+  if (format == FloatFormat::kFp32) {
+    const AlignedBuffer& weights = *weights_;
+    return {transport::Payload::Shared(transport::AsBytes(weights.span()), weights_),
+            version()};
+  }
+  WireCopy& copy = format == FloatFormat::kBf16 ? bf16_ : fp16_;
+  if (copy.values == nullptr || copy.version != version()) {
+    auto values = std::make_shared<std::vector<uint16_t>>(config_.range.size);
+    ConvertFloats(weights_->data(), FloatFormat::kFp32, values->data(), format,
+                  config_.range.size);
+    copy = WireCopy{version(), std::move(values)};
+  }
+  return {transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy.values)),
+                                     copy.values),
+          version()};
+}
+
+void Partition::Pull(uint64_t min_version, FloatFormat format,
+                     std::shared_ptr<PendingRequest> request, size_t slot) {
   if (version() >= min_version) {
-    request->CompleteItem(slot, Snapshot());
+    request->CompleteItem(slot, Snapshot(format));
     return;
   }
   // Drop waiters whose requests already ended (deadline) so they cannot pile up.
   std::erase_if(waiters_, [](const Waiter& w) { return w.request->finished(); });
-  waiters_.push_back(Waiter{min_version, std::move(request), slot});
+  waiters_.push_back(Waiter{min_version, format, std::move(request), slot});
 }
 
 void Partition::WakeWaiters() {
@@ -151,7 +230,7 @@ void Partition::WakeWaiters() {
     ready.push_back(std::move(w));
     return true;
   });
-  for (Waiter& w : ready) w.request->CompleteItem(w.slot, Snapshot());
+  for (Waiter& w : ready) w.request->CompleteItem(w.slot, Snapshot(w.format));
 }
 
 void Partition::FailWaiters(const absl::Status& status) {

@@ -8,8 +8,11 @@
 // ASP: each push is applied on arrival; a push whose sequence number was already applied from
 // that worker is recognised as a retry and ignored (see ReplayWindow).
 //
-// Thread model: a partition belongs to one owner thread (owner()). Push and Pull run only
-// there, so the update needs no lock. version() may be read from any thread.
+// Gradients may arrive as fp32, bf16 or fp16 and weights may leave in any of them; a pull's
+// 16-bit form is converted once per version and shared by every worker that asks for it.
+//
+// Thread model: a partition belongs to one owner thread (owner()). Everything but version() and
+// the constant accessors runs there, so the update needs no lock.
 #ifndef HETPS_SERVER_PARTITION_H_
 #define HETPS_SERVER_PARTITION_H_
 
@@ -17,11 +20,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/aligned_buffer.h"
+#include "common/half.h"
 #include "common/partitioning.h"
+#include "common/thread_pool.h"
 #include "optimizer/optimizer.h"
 #include "proto/ps.pb.h"
 #include "server/pending_request.h"
@@ -37,10 +43,15 @@ class Partition {
     PartitionRange range;
     hetps::v1::SyncMode sync_mode = hetps::v1::SYNC_MODE_BSP;
     uint32_t num_workers = 1;
-    const Optimizer* optimizer = nullptr;  // owned by the tensor; outlives the partition
-    size_t owner = 0;                      // index of the owner thread
-    bool awaits_values = false;            // initial values will be sent by the workers
+    std::shared_ptr<const Optimizer> optimizer;  // the rule the tensor was declared with
+    size_t owner = 0;                            // index of the owner thread
+    bool awaits_values = false;                  // initial values will be sent by the workers
+    // Large partitions spread their updates over this pool (null: the owner does all).
+    ThreadPool* kernel_pool = nullptr;
   };
+
+  // Updates of at least this many elements are spread over the kernel pool.
+  static constexpr size_t kParallelElements = size_t{1} << 21;
 
   // `weights` holds the initial values (range.size floats). ResourceExhausted if the
   // optimizer state cannot be allocated.
@@ -57,22 +68,28 @@ class Partition {
 
   // Owner thread only.
   //
-  // Takes worker `rank`'s gradient (num_elements() floats). ResourceExhausted if it cannot be
-  // held; nothing changes then.
-  absl::Status Push(uint32_t rank, uint64_t step, uint64_t sequence, transport::Payload gradient);
-  // Completes `slot` of `request` with the weights once version() >= min_version.
-  void Pull(uint64_t min_version, std::shared_ptr<PendingRequest> request, size_t slot);
+  // Takes worker `rank`'s gradient (num_elements() values in `format`). ResourceExhausted if
+  // it cannot be held; nothing changes then.
+  absl::Status Push(uint32_t rank, uint64_t step, uint64_t sequence, FloatFormat format,
+                    transport::Payload gradient);
+  // Completes `slot` of `request` with the weights, in `format`, once version() >= min_version.
+  void Pull(uint64_t min_version, FloatFormat format, std::shared_ptr<PendingRequest> request,
+            size_t slot);
+  // Uses `optimizer` for the updates from `from_version` on. FailedPrecondition if this
+  // partition has already applied that update.
+  // REQUIRES: optimizer->state_slots() is the declared rule's.
+  absl::Status Reschedule(uint64_t from_version, std::shared_ptr<const Optimizer> optimizer);
   // Sets the initial weights (num_elements() floats) if the partition still awaits them and no
   // step has been applied; otherwise does nothing (the first values win).
   void SetInitialValues(const transport::Payload& values);
   // Fails every waiting pull with `status` (shutdown).
   void FailWaiters(const absl::Status& status);
 
-  WeightsSnapshot Snapshot() const { return {weights_, version()}; }
+  WeightsSnapshot Snapshot(FloatFormat format);
 
  private:
   // A gradient kept for a BSP step: the received bytes themselves when they are one aligned
-  // piece, otherwise a copy.
+  // piece of fp32, otherwise an fp32 copy.
   struct HeldGradient {
     transport::Payload payload;
     AlignedBuffer copy;
@@ -84,16 +101,23 @@ class Partition {
   };
   struct Waiter {
     uint64_t min_version;
+    FloatFormat format;
     std::shared_ptr<PendingRequest> request;
     size_t slot;
+  };
+  // The weights in a 16-bit format, converted for one version.
+  struct WireCopy {
+    uint64_t version = 0;
+    std::shared_ptr<const std::vector<uint16_t>> values;
   };
 
   Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state);
 
-  absl::StatusOr<HeldGradient> Hold(transport::Payload gradient);
+  absl::StatusOr<HeldGradient> Hold(FloatFormat format, transport::Payload gradient);
   void Release(HeldGradient& gradient);
   // Runs the optimizer on the gradients (summed in the order given) and bumps the version.
   void Apply(absl::Span<const float* const> gradients);
+  const Optimizer& OptimizerForNextStep();
   void ApplyCompleteSteps();
   void WakeWaiters();
 
@@ -103,10 +127,13 @@ class Partition {
   std::vector<float*> state_slots_;
   std::atomic<uint64_t> version_{0};
   bool awaits_values_;
+  // (first version, rule), ascending; the first entry is the declared rule at version 0.
+  std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>> schedule_;
   std::map<uint64_t, Step> steps_;            // BSP steps being gathered
   std::vector<ReplayWindow> applied_;         // ASP: by rank
   std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;
+  WireCopy bf16_, fp16_;
 };
 
 }  // namespace hetps::server

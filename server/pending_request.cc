@@ -32,11 +32,10 @@ void PendingRequest::CompleteItem(size_t slot, WeightsSnapshot snapshot) {
     for (size_t i = 0; i < items.size(); ++i) {
       hetps::v1::PartitionItem& item = items[i];
       const WeightsSnapshot& snapshot = snapshots[i];
-      item.set_num_bytes(snapshot.weights->size_bytes());
+      item.set_num_bytes(snapshot.bytes.size());
       item.set_version(snapshot.version);
       *header.add_items() = std::move(item);
-      response.payload.Append(transport::Payload::Shared(
-          transport::AsBytes(snapshot.weights->span()), snapshot.weights));
+      response.payload.Append(snapshot.bytes);
     }
     ShardMetrics::Add(metrics_->payload_bytes_sent, response.payload.size());
     response.header = header.SerializeAsString();

@@ -17,7 +17,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/aligned_buffer.h"
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
 #include "server/metrics.h"
@@ -25,10 +24,11 @@
 
 namespace hetps::server {
 
-// A partition's weights at one version. The buffer is never written again once a snapshot
-// refers to it (the owner copies on write), so it can be sent while training goes on.
+// A partition's weights at one version, encoded for the wire. The bytes are never written
+// again once a snapshot refers to them (the owner copies on write), so they can be sent while
+// training goes on.
 struct WeightsSnapshot {
-  std::shared_ptr<const AlignedBuffer> weights;
+  transport::Payload bytes;
   uint64_t version = 0;
 };
 

@@ -8,6 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
+#include "proto/ps.pb.h"
 #include "transport/transport.h"
 
 namespace hetps::server {
@@ -21,6 +23,20 @@ absl::StatusOr<Message> ParseHeader(const std::string& bytes) {
         absl::StrCat("malformed ", Message::descriptor()->name(), " header"));
   }
   return message;
+}
+
+// The element format of a wire dtype; InvalidArgument for an unknown one.
+inline absl::StatusOr<FloatFormat> FormatOf(hetps::v1::DType dtype) {
+  switch (dtype) {
+    case hetps::v1::DTYPE_FP32:
+      return FloatFormat::kFp32;
+    case hetps::v1::DTYPE_BF16:
+      return FloatFormat::kBf16;
+    case hetps::v1::DTYPE_FP16:
+      return FloatFormat::kFp16;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", dtype));
+  }
 }
 
 template <typename Message>

@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <utility>
 
@@ -59,6 +60,8 @@ Shard::Shard(const ShardOptions& options)
   for (int i = 0; i < threads; ++i) {
     owners_.push_back(std::make_unique<TaskThread>(absl::StrCat("shard-owner-", i)));
   }
+  // The owner that spreads an update works on it too: one pool thread fewer than CPUs wanted.
+  if (threads > 1) kernels_ = std::make_unique<ThreadPool>(threads - 1, "shard-kernels");
 }
 
 Shard::~Shard() {
@@ -109,6 +112,9 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
       return;
     case hetps::v1::METHOD_BARRIER:
       Barrier(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_SET_OPTIMIZER:
+      SetOptimizer(std::move(request), std::move(reply));
       return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
@@ -276,7 +282,12 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
                          PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
   HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                          CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
-  auto tensor = std::make_unique<Tensor>(Tensor{decl, layout, std::move(optimizer), {}});
+  auto tensor = std::make_unique<Tensor>(decl, layout);
+  {
+    absl::MutexLock lock(&tensor->schedule_mu);
+    tensor->schedule[0] = optimizer->params();
+  }
+  tensor->optimizer = std::move(optimizer);
   tensor->partitions.resize(layout.num_partitions());
   for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
     if (ShardOfPartition(decl.key(), p, options_.num_shards) != options_.shard_index) continue;
@@ -287,8 +298,9 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
     config.range = range;
     config.sync_mode = decl.sync_mode();
     config.num_workers = options_.num_workers;
-    config.optimizer = tensor->optimizer.get();
+    config.optimizer = tensor->optimizer;
     config.owner = next_owner_.fetch_add(1) % owners_.size();
+    config.kernel_pool = kernels_.get();
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
     HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
   }
@@ -309,6 +321,69 @@ void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) 
   }
   const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
   barrier_.Arrive(barrier->worker_rank(), barrier->generation(), deadline, std::move(reply));
+}
+
+void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback reply) {
+  absl::StatusOr<hetps::v1::SetOptimizerRequest> change =
+      ParseHeader<hetps::v1::SetOptimizerRequest>(request.header);
+  absl::Status status = change.status();
+  if (status.ok()) status = CheckRank(change->worker_rank());
+  const Tensor* tensor = status.ok() ? table_.Find(change->tensor_key()) : nullptr;
+  if (status.ok() && tensor == nullptr) {
+    status = absl::NotFoundError(
+        absl::StrFormat("no tensor with key %016x is declared", change->tensor_key()));
+  }
+  std::shared_ptr<const Optimizer> optimizer;
+  if (status.ok()) {
+    // The changes apply on top of the hyperparameters in effect at that version.
+    absl::MutexLock lock(&tensor->schedule_mu);
+    OptimizerParams params = std::prev(tensor->schedule.upper_bound(change->from_version()))->second;
+    for (const auto& [name, value] : change->params()) params[name] = value;
+    absl::StatusOr<std::unique_ptr<Optimizer>> created =
+        CreateOptimizer(tensor->decl.optimizer().name(), params);
+    if (!created.ok()) {
+      status = created.status();
+    } else if ((*created)->state_slots() != tensor->optimizer->state_slots()) {
+      status = absl::InvalidArgumentError(absl::StrFormat(
+          "tensor '%s': that change would alter the optimizer's state (e.g. turning momentum "
+          "or amsgrad on or off), which only a declaration can set",
+          tensor->decl.name()));
+    } else {
+      tensor->schedule[change->from_version()] = (*created)->params();
+      optimizer = *std::move(created);
+    }
+  }
+  if (!status.ok()) {
+    reply(status);
+    return;
+  }
+  std::vector<Partition*> partitions;
+  for (const auto& partition : tensor->partitions) {
+    if (partition != nullptr) partitions.push_back(partition.get());
+  }
+  if (partitions.empty()) {
+    reply(HeaderResponse(hetps::v1::SetOptimizerResponse()));
+    return;
+  }
+  auto pending = std::make_shared<PendingRequest>(
+      std::vector<hetps::v1::PartitionItem>(partitions.size()), /*returns_weights=*/false,
+      std::move(reply), metrics_, hetps::v1::SetOptimizerResponse().SerializeAsString());
+  for (size_t slot = 0; slot < partitions.size(); ++slot) {
+    Partition* partition = partitions[slot];
+    const bool posted = owners_[partition->owner()]->Post(
+        [pending, slot, partition, optimizer, from = change->from_version()] {
+          absl::Status rescheduled = partition->Reschedule(from, optimizer);
+          if (!rescheduled.ok()) {
+            pending->Fail(rescheduled);
+            return;
+          }
+          pending->CompleteItem(slot);
+        });
+    if (!posted) {
+      pending->Fail(absl::UnavailableError("the shard is shutting down"));
+      return;
+    }
+  }
 }
 
 hetps::v1::StatsResponse Shard::Stats() const {

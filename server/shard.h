@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/task_thread.h"
+#include "common/thread_pool.h"
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
 #include "server/barrier.h"
@@ -70,6 +71,7 @@ class Shard final : public transport::RequestHandler {
     Partition* partition = nullptr;
     const Tensor* tensor = nullptr;
     hetps::v1::PartitionItem meta;
+    FloatFormat format = FloatFormat::kFp32;  // of the item's bytes on the wire
     transport::Payload gradient;
   };
 
@@ -82,6 +84,7 @@ class Shard final : public transport::RequestHandler {
       const Tensor& tensor, const hetps::v1::DeclareRequest& declare,
       const transport::Payload& values) const;
   void Barrier(transport::Request request, transport::ReplyCallback reply);
+  void SetOptimizer(transport::Request request, transport::ReplyCallback reply);
   void Data(transport::Request request, transport::ReplyCallback reply);
 
   absl::Status CheckRank(uint32_t rank) const;
@@ -102,6 +105,7 @@ class Shard final : public transport::RequestHandler {
   BarrierCoordinator barrier_;
   TensorTable table_;
   std::vector<std::unique_ptr<TaskThread>> owners_;
+  std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
   std::atomic<size_t> next_owner_{0};
   std::atomic<bool> stopped_{false};
 };

@@ -170,8 +170,8 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
       for (size_t slot : slots) {
         DataItem& item = (*shared_items)[slot];
         if (call.push) {
-          absl::Status pushed =
-              item.partition->Push(call.rank, call.step, call.sequence, std::move(item.gradient));
+          absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
+                                                     item.format, std::move(item.gradient));
           if (!pushed.ok()) {
             pending->Fail(pushed);
             return;
@@ -180,7 +180,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
         if (call.pull) {
           const uint64_t wanted =
               call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
-          item.partition->Pull(wanted, pending, slot);
+          item.partition->Pull(wanted, item.format, pending, slot);
         } else {
           pending->CompleteItem(slot);
         }

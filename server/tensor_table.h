@@ -8,6 +8,7 @@
 #define HETPS_SERVER_TENSOR_TABLE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -24,11 +25,20 @@
 namespace hetps::server {
 
 struct Tensor {
-  hetps::v1::TensorDecl decl;  // as first declared
-  PartitionLayout layout;
-  std::unique_ptr<Optimizer> optimizer;
+  Tensor(hetps::v1::TensorDecl decl, PartitionLayout layout)
+      : decl(std::move(decl)), layout(layout) {}
+
+  // Constant after publication.
+  const hetps::v1::TensorDecl decl;  // as first declared
+  const PartitionLayout layout;
+  std::shared_ptr<const Optimizer> optimizer;  // the declared rule
   // By partition index; null where another shard owns the partition.
   std::vector<std::unique_ptr<Partition>> partitions;
+
+  // Hyperparameters in effect from each version on (the declared ones at 0): the base that a
+  // change of hyperparameters is merged into.
+  mutable absl::Mutex schedule_mu;
+  mutable std::map<uint64_t, OptimizerParams> schedule ABSL_GUARDED_BY(schedule_mu);
 };
 
 class TensorTable {

@@ -68,6 +68,24 @@ void Payload::CopyTo(size_t offset, absl::Span<uint8_t> out) const {
   });
 }
 
+void Payload::ConvertTo(size_t offset, FloatFormat from, void* out, FloatFormat to,
+                        size_t count) const {
+  if (from == to) {
+    CopyTo(offset, absl::Span<uint8_t>(static_cast<uint8_t*>(out), count * BytesPerElement(to)));
+    return;
+  }
+  // Whole elements are gathered into a small buffer, since a segment may end inside one.
+  constexpr size_t kChunk = 2048;
+  alignas(64) uint8_t chunk[kChunk * 4];
+  const size_t in_size = BytesPerElement(from);
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  for (size_t done = 0; done < count; done += kChunk) {
+    const size_t n = std::min(kChunk, count - done);
+    CopyTo(offset + done * in_size, absl::Span<uint8_t>(chunk, n * in_size));
+    ConvertFloats(chunk, from, dst + done * BytesPerElement(to), to, n);
+  }
+}
+
 Payload Payload::Subrange(size_t offset, size_t length) const {
   Payload result;
   result.owners_ = owners_;

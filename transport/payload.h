@@ -19,6 +19,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
+#include "common/half.h"
 
 namespace hetps::transport {
 
@@ -58,6 +59,11 @@ class Payload {
   // Copies bytes [offset, offset + out.size()) into `out`.
   // REQUIRES: offset + out.size() <= size().
   void CopyTo(size_t offset, absl::Span<uint8_t> out) const;
+
+  // Reads `count` elements of format `from` starting at byte `offset` and writes them to `out`
+  // in format `to`, across segment boundaries.
+  // REQUIRES: offset + count * BytesPerElement(from) <= size().
+  void ConvertTo(size_t offset, FloatFormat from, void* out, FloatFormat to, size_t count) const;
 
   // Bytes [offset, offset + length) of this payload, sharing its memory.
   // REQUIRES: offset + length <= size().

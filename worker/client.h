@@ -23,7 +23,10 @@
 #define HETPS_WORKER_CLIENT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
@@ -58,14 +61,72 @@ class Operation {
   std::shared_ptr<internal::OperationState> state_;
 };
 
+// Values in host memory: fp32, or bf16 / fp16 held as 16-bit patterns. A span or vector of
+// floats converts to one implicitly.
+class ConstTensorView {
+ public:
+  ConstTensorView() = default;
+  ConstTensorView(absl::Span<const float> values)  // NOLINT: implicit by design
+      : data_(values.data()), size_(values.size()), dtype_(DType::kFp32) {}
+  template <typename Container, typename = std::enable_if_t<std::is_convertible_v<
+                                    const Container&, absl::Span<const float>>>>
+  ConstTensorView(const Container& values)  // NOLINT: implicit by design
+      : ConstTensorView(absl::Span<const float>(values)) {}
+  static ConstTensorView Bf16(absl::Span<const uint16_t> bits) {
+    return ConstTensorView(bits.data(), bits.size(), DType::kBf16);
+  }
+  static ConstTensorView Fp16(absl::Span<const uint16_t> bits) {
+    return ConstTensorView(bits.data(), bits.size(), DType::kFp16);
+  }
+
+  const void* data() const { return data_; }
+  size_t size() const { return size_; }  // elements
+  DType dtype() const { return dtype_; }
+
+ private:
+  ConstTensorView(const void* data, size_t size, DType dtype)
+      : data_(data), size_(size), dtype_(dtype) {}
+  const void* data_ = nullptr;
+  size_t size_ = 0;
+  DType dtype_ = DType::kFp32;
+};
+
+// Writable values in host memory, as ConstTensorView.
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(absl::Span<float> values)  // NOLINT: implicit by design
+      : data_(values.data()), size_(values.size()), dtype_(DType::kFp32) {}
+  template <typename Container, typename = std::enable_if_t<
+                                    std::is_convertible_v<Container&, absl::Span<float>>>>
+  TensorView(Container& values)  // NOLINT: implicit by design
+      : TensorView(absl::Span<float>(values)) {}
+  static TensorView Bf16(absl::Span<uint16_t> bits) {
+    return TensorView(bits.data(), bits.size(), DType::kBf16);
+  }
+  static TensorView Fp16(absl::Span<uint16_t> bits) {
+    return TensorView(bits.data(), bits.size(), DType::kFp16);
+  }
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }  // elements
+  DType dtype() const { return dtype_; }
+
+ private:
+  TensorView(void* data, size_t size, DType dtype) : data_(data), size_(size), dtype_(dtype) {}
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  DType dtype_ = DType::kFp32;
+};
+
 struct PushItem {
   TensorId tensor = 0;
-  absl::Span<const float> gradient;  // the tensor's num_elements values
+  ConstTensorView gradient;  // the tensor's num_elements values
 };
 
 struct PullItem {
   TensorId tensor = 0;
-  absl::Span<float> weights;  // receives the tensor's num_elements values
+  TensorView weights;  // receives the tensor's num_elements values
 };
 
 class Client {
@@ -98,6 +159,14 @@ class Client {
                              absl::Span<const PullItem> weights, uint64_t step,
                              DoneCallback done = nullptr) = 0;
 
+  // Changes hyperparameters of a tensor's optimizer (those named in `changes`; the rest stay)
+  // for the updates from `from_step` on: a learning-rate schedule. Every shard switches at that
+  // same step. Call it before any worker pushes step `from_step` (FailedPrecondition if a shard
+  // already applied it); InvalidArgument for bad values or for a change of the optimizer's
+  // state layout (momentum, centered or amsgrad turned on or off). Blocking.
+  virtual absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
+                                          const std::map<std::string, double>& changes) = 0;
+
   // Returns when every worker of the job has called Barrier as many times as this one.
   virtual absl::Status Barrier() = 0;
 
@@ -109,18 +178,18 @@ class Client {
   virtual void Shutdown() = 0;
 
   // One-tensor forms of the calls above.
-  Operation Push(TensorId tensor, absl::Span<const float> gradient, uint64_t step,
+  Operation Push(TensorId tensor, ConstTensorView gradient, uint64_t step,
                  DoneCallback done = nullptr) {
     const PushItem item{tensor, gradient};
     return Push(absl::MakeConstSpan(&item, 1), step, std::move(done));
   }
-  Operation Pull(TensorId tensor, absl::Span<float> weights, uint64_t min_version = 0,
+  Operation Pull(TensorId tensor, TensorView weights, uint64_t min_version = 0,
                  DoneCallback done = nullptr) {
     const PullItem item{tensor, weights};
     return Pull(absl::MakeConstSpan(&item, 1), min_version, std::move(done));
   }
-  Operation PushPull(TensorId tensor, absl::Span<const float> gradient, absl::Span<float> weights,
-                     uint64_t step, DoneCallback done = nullptr) {
+  Operation PushPull(TensorId tensor, ConstTensorView gradient, TensorView weights, uint64_t step,
+                     DoneCallback done = nullptr) {
     const PushItem push{tensor, gradient};
     const PullItem pull{tensor, weights};
     return PushPull(absl::MakeConstSpan(&push, 1), absl::MakeConstSpan(&pull, 1), step,

@@ -37,7 +37,33 @@ struct DeclaredTensor {
   std::string name;
   uint64_t num_elements;
   PartitionLayout layout;
+  FloatFormat push_format;
+  FloatFormat pull_format;
 };
+
+FloatFormat FormatOf(DType dtype) {
+  switch (dtype) {
+    case DType::kBf16:
+      return FloatFormat::kBf16;
+    case DType::kFp16:
+      return FloatFormat::kFp16;
+    case DType::kFp32:
+      break;
+  }
+  return FloatFormat::kFp32;
+}
+
+hetps::v1::DType WireDType(FloatFormat format) {
+  switch (format) {
+    case FloatFormat::kBf16:
+      return hetps::v1::DTYPE_BF16;
+    case FloatFormat::kFp16:
+      return hetps::v1::DTYPE_FP16;
+    case FloatFormat::kFp32:
+      break;
+  }
+  return hetps::v1::DTYPE_FP32;
+}
 
 absl::Status ValidateOptions(const ClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
@@ -123,11 +149,12 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
   for (size_t i = 0; i < pieces.size(); ++i) {
     const hetps::v1::PartitionItem& item = response.items(static_cast<int>(i));
     const Piece& piece = pieces[i];
+    const size_t bytes = piece.elements * BytesPerElement(piece.pull_format);
     if (item.tensor_key() != piece.tensor_key || item.partition() != piece.partition ||
-        item.num_bytes() != piece.bytes) {
+        item.num_bytes() != bytes || item.dtype() != WireDType(piece.pull_format)) {
       return absl::InternalError("pull response does not match the request");
     }
-    offset += piece.bytes;
+    offset += bytes;
   }
   if (offset != result->payload.size()) {
     return absl::InternalError(absl::StrFormat("pull response carries %d bytes, %d expected",
@@ -140,6 +167,20 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
     offset += piece.bytes;
   }
   return absl::OkStatus();
+}
+
+// A piece's gradient as it goes on the wire: the caller's memory itself, or a converted copy
+// when the tensor travels in another format.
+transport::Payload GradientPayload(const Piece& piece) {
+  const size_t bytes = piece.elements * BytesPerElement(piece.push_format);
+  if (piece.gradient_format == piece.push_format) {
+    return transport::Payload::Borrow(
+        transport::ByteSpan(static_cast<const uint8_t*>(piece.gradient), bytes));
+  }
+  auto converted = std::make_shared<std::vector<uint8_t>>(bytes);
+  ConvertFloats(piece.gradient, piece.gradient_format, converted->data(), piece.push_format,
+                piece.elements);
+  return transport::Payload::Shared(transport::ByteSpan(converted->data(), bytes), converted);
 }
 
 class ClientImpl final : public Client {
@@ -170,6 +211,8 @@ class ClientImpl final : public Client {
                      uint64_t step, DoneCallback done) override {
     return StartData(hetps::v1::METHOD_PUSH_PULL, gradients, weights, step, std::move(done));
   }
+  absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
+                                  const std::map<std::string, double>& changes) override;
   absl::Status Barrier() override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   void Shutdown() override;
@@ -295,8 +338,9 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
   if (!initial_values.empty()) {
     for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
       const PartitionRange range = layout.partition(p);
-      pieces[ShardOfPartition(key, p, static_cast<uint32_t>(channels.size()))].push_back(
-          Piece{key, p, range.size * sizeof(float), initial_values.data() + range.begin});
+      Piece piece{key, p, range.size, range.size * sizeof(float)};
+      piece.gradient = initial_values.data() + range.begin;
+      pieces[ShardOfPartition(key, p, static_cast<uint32_t>(channels.size()))].push_back(piece);
     }
   }
   std::vector<PlannedMessage> messages = internal::PackMessages(pieces, options_.partition_bytes);
@@ -311,8 +355,7 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
     transport::Payload payload;
     for (const Piece& piece : message.pieces) {
       request.add_value_partitions(piece.partition);
-      payload.Append(transport::Payload::Borrow(
-          transport::AsBytes(absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+      payload.Append(GradientPayload(piece));
     }
     targets.push_back(channels[message.shard]);
     headers.push_back(request.SerializeAsString());
@@ -349,15 +392,31 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
     const size_t given = push ? gradients[i].gradient.size() : weights[i].weights.size();
     const size_t other = push && pull ? weights[i].weights.size() : given;
     if (given != tensor->num_elements || other != tensor->num_elements) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor '%s' has %d elements, %d were given", tensor->name,
-                          tensor->num_elements, given != tensor->num_elements ? given : other));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor '%s' has %d elements, %d were given", tensor->name, tensor->num_elements,
+          given != tensor->num_elements ? given : other));
     }
     for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
       const PartitionRange range = tensor->layout.partition(p);
-      Piece piece{id, p, range.size * sizeof(float)};
-      if (push) piece.gradient = gradients[i].gradient.data() + range.begin;
-      if (pull) piece.weights = weights[i].weights.data() + range.begin;
+      Piece piece{id, p, range.size};
+      size_t element_bytes = 0;
+      if (push) {
+        const ConstTensorView& view = gradients[i].gradient;
+        piece.gradient_format = FormatOf(view.dtype());
+        piece.gradient = static_cast<const uint8_t*>(view.data()) +
+                         range.begin * BytesPerElement(piece.gradient_format);
+        piece.push_format = tensor->push_format;
+        element_bytes = BytesPerElement(piece.push_format);
+      }
+      if (pull) {
+        const TensorView& view = weights[i].weights;
+        piece.weights_format = FormatOf(view.dtype());
+        piece.weights = static_cast<uint8_t*>(view.data()) +
+                        range.begin * BytesPerElement(piece.weights_format);
+        piece.pull_format = tensor->pull_format;
+        element_bytes = std::max(element_bytes, BytesPerElement(piece.pull_format));
+      }
+      piece.bytes = range.size * element_bytes;
       pieces[ShardOfPartition(id, p, num_shards)].push_back(piece);
     }
   }
@@ -385,12 +444,13 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       hetps::v1::PartitionItem* item = items.Add();
       item->set_tensor_key(piece.tensor_key);
       item->set_partition(piece.partition);
-      item->set_dtype(hetps::v1::DTYPE_FP32);
-      if (push) {
-        item->set_num_bytes(piece.bytes);
-        payload.Append(transport::Payload::Borrow(
-            transport::AsBytes(absl::MakeConstSpan(piece.gradient, piece.bytes / sizeof(float)))));
+      if (!push) {
+        item->set_dtype(WireDType(piece.pull_format));
+        continue;
       }
+      item->set_dtype(WireDType(piece.push_format));
+      item->set_num_bytes(piece.elements * BytesPerElement(piece.push_format));
+      payload.Append(GradientPayload(piece));
     }
     std::string header;
     if (push) {
@@ -416,6 +476,21 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
         });
   }
   return Operation(operation);
+}
+
+absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
+                                            const std::map<std::string, double>& changes) {
+  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  HETPS_RETURN_IF_ERROR(FindTensor(tensor).status());
+  hetps::v1::SetOptimizerRequest request;
+  request.set_worker_rank(options_.rank);
+  request.set_tensor_key(tensor);
+  request.set_from_version(from_step);
+  for (const auto& [name, value] : changes) (*request.mutable_params())[name] = value;
+  std::vector<std::string> headers(channels.size(), request.SerializeAsString());
+  return internal::CallEach(channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
+                            absl::Now() + options_.call_timeout)
+      .status();
 }
 
 absl::Status ClientImpl::Barrier() {

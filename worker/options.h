@@ -62,6 +62,10 @@ struct ClientOptions {
   size_t max_message_bytes = 64 << 20;
 };
 
+// Element types. The shards keep fp32 master weights and optimizer state; gradients can travel
+// as bf16 or fp16 to halve the bytes on the wire, and weights can come back in either.
+enum class DType { kFp32, kBf16, kFp16 };
+
 enum class SyncMode {
   // Bulk synchronous: the gradients of all workers for step s are summed (in rank order) and
   // applied once; the weights of version s + 1 are then available.
@@ -90,7 +94,14 @@ struct Initializer {
   }
 };
 
-// A server-side update rule and its hyperparameters. Available: "sgd" (lr, weight_decay).
+// A server-side update rule and its hyperparameters, with torch.optim's names, meanings and
+// defaults (booleans as 0 or 1):
+//   "sgd"     lr, momentum, dampening, weight_decay, nesterov, maximize
+//   "adagrad" lr, lr_decay, weight_decay, initial_accumulator_value, eps, maximize
+//   "rmsprop" lr, alpha, eps, weight_decay, momentum, centered, maximize
+//   "adam"    lr, beta1, beta2, eps, weight_decay, amsgrad, maximize
+//   "adamw"   the same as adam; weight_decay (default 1e-2) is decoupled
+//   "sum"     no optimizer on the shards: version s + 1 holds the sum of step s's gradients
 struct OptimizerSpec {
   std::string name = "sgd";
   std::map<std::string, double> params;
@@ -104,6 +115,10 @@ struct TensorSpec {
   OptimizerSpec optimizer;
   // Used when Declare() gets no initial values.
   Initializer init = Initializer::Zeros();
+  // How gradients travel to the shards and weights come back. Values passed in another type
+  // are converted by the client (round to nearest even).
+  DType push_dtype = DType::kFp32;
+  DType pull_dtype = DType::kFp32;
 };
 
 // One shard's figures, from Client::Stats().

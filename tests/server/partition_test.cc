@@ -27,7 +27,7 @@ class PartitionTest : public ::testing::Test {
     config.range = {0, n};
     config.sync_mode = mode;
     config.num_workers = workers;
-    config.optimizer = optimizer_.get();
+    config.optimizer = optimizer_;
     absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
     EXPECT_TRUE(weights.ok());
     std::fill(weights->data(), weights->data() + n, initial);
@@ -36,14 +36,15 @@ class PartitionTest : public ::testing::Test {
     return *std::move(partition);
   }
 
-  // The weights, through a pull that needs no wait.
-  std::vector<float> Read(Partition& partition) {
-    WeightsSnapshot snapshot = partition.Snapshot();
-    return std::vector<float>(snapshot.weights->data(),
-                              snapshot.weights->data() + snapshot.weights->size());
+  // The weights, as a pull gets them.
+  static std::vector<float> Read(Partition& partition) { return Floats(partition.Snapshot(FloatFormat::kFp32)); }
+  static std::vector<float> Floats(const WeightsSnapshot& snapshot) {
+    std::vector<float> values(snapshot.bytes.size() / sizeof(float));
+    snapshot.bytes.CopyTo(0, transport::AsWritableBytes(absl::MakeSpan(values)));
+    return values;
   }
 
-  std::unique_ptr<Optimizer> optimizer_;
+  std::shared_ptr<const Optimizer> optimizer_;
 };
 
 // A payload split into odd-sized, unaligned pieces, as received network buffers can be.
@@ -78,7 +79,7 @@ TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
     auto partition = Make(hetps::v1::SYNC_MODE_BSP, workers, n);
     for (uint32_t rank : order) {
       std::vector<std::string> storage;
-      ASSERT_TRUE(partition->Push(rank, 0, 0, Fragmented(grads[rank], &storage)).ok());
+      ASSERT_TRUE(partition->Push(rank, 0, 0, FloatFormat::kFp32, Fragmented(grads[rank], &storage)).ok());
       EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
     }
     std::vector<float> result = Read(*partition);
@@ -102,13 +103,13 @@ TEST_F(PartitionTest, BspRetriesAreRecognised) {
   auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());  // a retry: not counted twice
+  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());  // a retry: not counted twice
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
-  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());  // late retry of an applied step
+  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());  // late retry of an applied step
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
@@ -118,11 +119,11 @@ TEST_F(PartitionTest, BspStepsAheadWaitForTheirTurn) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   // Worker 0 runs ahead by a step; nothing is applied until step 0 is complete.
-  ASSERT_TRUE(partition->Push(0, 0, 0, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 1, 0, payload).ok());
-  ASSERT_TRUE(partition->Push(1, 1, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 1, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push(1, 1, 0, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push(1, 0, 0, payload).ok());
+  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.4f);
 }
@@ -131,12 +132,12 @@ TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 10, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 10, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push(0, 0, 10, payload).ok());  // retry
+  ASSERT_TRUE(partition->Push(0, 0, 10, FloatFormat::kFp32, payload).ok());  // retry
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push(1, 0, 3, payload).ok());  // another worker's own sequence
-  ASSERT_TRUE(partition->Push(0, 1, 11, payload).ok());
+  ASSERT_TRUE(partition->Push(1, 0, 3, FloatFormat::kFp32, payload).ok());  // another worker's own sequence
+  ASSERT_TRUE(partition->Push(0, 1, 11, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 3u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
 }
@@ -146,20 +147,20 @@ TEST_F(PartitionTest, AspPushesOvertakingEachOtherAreAllApplied) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 12, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 11, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 11, payload).ok());  // and a retry of it
+  ASSERT_TRUE(partition->Push(0, 0, 12, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 11, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 11, FloatFormat::kFp32, payload).ok());  // and a retry of it
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
 
 TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
-  WeightsSnapshot before = partition->Snapshot();
+  WeightsSnapshot before = partition->Snapshot(FloatFormat::kFp32);
   std::vector<float> g(16, 10.0f);
-  ASSERT_TRUE(partition->Push(0, 0, 1, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
   EXPECT_EQ(before.version, 0u);
-  EXPECT_EQ(before.weights->data()[0], 5.0f);  // copy-on-write kept the sent buffer intact
+  EXPECT_EQ(Floats(before)[0], 5.0f);  // copy-on-write kept the sent buffer intact
   EXPECT_EQ(Read(*partition)[0], 4.0f);
 }
 
@@ -175,10 +176,10 @@ TEST_F(PartitionTest, PullWaitsForTheVersion) {
         replied.Notify();
       },
       std::make_shared<ShardMetrics>());
-  partition->Pull(1, request, 0);
+  partition->Pull(1, FloatFormat::kFp32, request, 0);
   EXPECT_FALSE(replied.HasBeenNotified());
   std::vector<float> g(16, 1.0f);
-  ASSERT_TRUE(partition->Push(0, 0, 0, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
   ASSERT_TRUE(replied.HasBeenNotified());
   ASSERT_TRUE(result.ok());
   hetps::v1::PullResponse response;

@@ -17,7 +17,7 @@ std::unique_ptr<Tensor> MakeTensor(const std::string& name, uint64_t elements) {
   decl.set_num_elements(elements);
   absl::StatusOr<PartitionLayout> layout = PartitionLayout::Create(elements, 16);
   EXPECT_TRUE(layout.ok());
-  return std::make_unique<Tensor>(Tensor{decl, *layout, nullptr, {}});
+  return std::make_unique<Tensor>(decl, *layout);
 }
 
 TEST(TensorTableTest, FirstInsertWinsAndLookupsFindIt) {

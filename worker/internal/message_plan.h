@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/half.h"
+
 namespace hetps::internal {
 
 inline constexpr size_t kMaxItemsPerMessage = 4096;
@@ -18,9 +20,17 @@ inline constexpr size_t kMaxItemsPerMessage = 4096;
 struct Piece {
   uint64_t tensor_key = 0;
   uint32_t partition = 0;
+  size_t elements = 0;
+  // What it adds to the request or to the response, whichever is more (for packing).
   size_t bytes = 0;
-  const float* gradient = nullptr;  // push: where the partition's gradient starts
-  float* weights = nullptr;         // pull: where the partition's weights go
+  // Push: the caller's values for this partition, their format, and the format on the wire.
+  const void* gradient = nullptr;
+  FloatFormat gradient_format = FloatFormat::kFp32;
+  FloatFormat push_format = FloatFormat::kFp32;
+  // Pull: where the partition's weights go, in which format, and the format on the wire.
+  void* weights = nullptr;
+  FloatFormat weights_format = FloatFormat::kFp32;
+  FloatFormat pull_format = FloatFormat::kFp32;
 };
 
 struct PlannedMessage {

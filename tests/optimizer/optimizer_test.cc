@@ -1,0 +1,272 @@
+// Every update rule against a reference written from torch.optim's documented formulas in double
+// precision, over 100 steps with random gradients from two workers and a changing learning rate.
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/aligned_buffer.h"
+#include "common/simd.h"
+#include "gtest/gtest.h"
+#include "optimizer/registry.h"
+
+namespace hetps {
+namespace {
+
+struct Case {
+  std::string name;  // test name
+  std::string rule;
+  OptimizerParams params;
+};
+
+double Param(const OptimizerParams& params, const std::string& name, double default_value) {
+  auto it = params.find(name);
+  return it == params.end() ? default_value : it->second;
+}
+
+// One step of the rule in double precision. `t` is torch's step count (1 on the first step).
+// `s` holds the state slots in the rule's order.
+void ReferenceStep(const std::string& rule, const OptimizerParams& p, int t,
+                   std::vector<double>& w, std::vector<std::vector<double>>& s,
+                   const std::vector<double>& grad) {
+  const double sign = Param(p, "maximize", 0) ? -1 : 1;
+  for (size_t i = 0; i < w.size(); ++i) {
+    double g = sign * grad[i];
+    if (rule == "sum") {
+      w[i] = grad[i];
+    } else if (rule == "sgd") {
+      const double lr = Param(p, "lr", 1e-3), momentum = Param(p, "momentum", 0);
+      const double dampening = Param(p, "dampening", 0), wd = Param(p, "weight_decay", 0);
+      g += wd * w[i];
+      if (momentum != 0) {
+        s[0][i] = t == 1 ? g : momentum * s[0][i] + (1 - dampening) * g;
+        g = Param(p, "nesterov", 0) ? g + momentum * s[0][i] : s[0][i];
+      }
+      w[i] -= lr * g;
+    } else if (rule == "adagrad") {
+      const double lr = Param(p, "lr", 1e-2), decay = Param(p, "lr_decay", 0);
+      const double eps = Param(p, "eps", 1e-10);
+      g += Param(p, "weight_decay", 0) * w[i];
+      const double clr = lr / (1 + (t - 1) * decay);
+      s[0][i] += g * g;
+      w[i] -= clr * g / (std::sqrt(s[0][i]) + eps);
+    } else if (rule == "rmsprop") {
+      const double lr = Param(p, "lr", 1e-2), alpha = Param(p, "alpha", 0.99);
+      const double eps = Param(p, "eps", 1e-8), momentum = Param(p, "momentum", 0);
+      const bool centered = Param(p, "centered", 0);
+      g += Param(p, "weight_decay", 0) * w[i];
+      s[0][i] = alpha * s[0][i] + (1 - alpha) * g * g;
+      double v = s[0][i];
+      if (centered) {
+        s[1][i] = alpha * s[1][i] + (1 - alpha) * g;
+        v -= s[1][i] * s[1][i];
+      }
+      const double denom = std::sqrt(v) + eps;
+      if (momentum > 0) {
+        double& b = s[centered ? 2 : 1][i];
+        b = momentum * b + g / denom;
+        w[i] -= lr * b;
+      } else {
+        w[i] -= lr * g / denom;
+      }
+    } else {  // adam, adamw
+      const double lr = Param(p, "lr", 1e-3), b1 = Param(p, "beta1", 0.9);
+      const double b2 = Param(p, "beta2", 0.999), eps = Param(p, "eps", 1e-8);
+      const double wd = Param(p, "weight_decay", rule == "adamw" ? 1e-2 : 0);
+      if (rule == "adamw") {
+        w[i] *= 1 - lr * wd;
+      } else {
+        g += wd * w[i];
+      }
+      s[0][i] = b1 * s[0][i] + (1 - b1) * g;
+      s[1][i] = b2 * s[1][i] + (1 - b2) * g * g;
+      double second = s[1][i];
+      if (Param(p, "amsgrad", 0)) {
+        s[2][i] = std::max(s[2][i], s[1][i]);
+        second = s[2][i];
+      }
+      const double bias1 = 1 - std::pow(b1, t), bias2 = 1 - std::pow(b2, t);
+      w[i] -= (lr / bias1) * s[0][i] / (std::sqrt(second) / std::sqrt(bias2) + eps);
+    }
+  }
+}
+
+class OptimizerTest : public ::testing::TestWithParam<Case> {};
+
+// Runs 100 steps; the learning rate (if the rule has one) drops by 30% every 25 steps, as a
+// worker-driven schedule does. Returns the final weights.
+std::vector<float> RunSteps(const Case& c, std::vector<double>* reference) {
+  constexpr size_t n = 1003;  // not a multiple of any vector or block size
+  constexpr int kSteps = 100;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
+  EXPECT_TRUE(weights.ok());
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = weights->data()[i] = normal(rng);
+
+  OptimizerParams params = c.params;
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(c.rule, params);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  const int slots = (*optimizer)->state_slots();
+  absl::StatusOr<AlignedBuffer> state = AlignedBuffer::Allocate(n * slots);
+  std::vector<float*> state_slots;
+  for (int k = 0; k < slots; ++k) state_slots.push_back(state->data() + k * n);
+  (*optimizer)->InitializeState(state_slots, n);
+  std::vector<std::vector<double>> s(slots, std::vector<double>(n));
+  for (int k = 0; k < slots; ++k) {
+    for (size_t i = 0; i < n; ++i) s[k][i] = state_slots[k][i];
+  }
+
+  std::vector<float> g0(n), g1(n);
+  std::vector<double> sum(n);
+  for (int step = 0; step < kSteps; ++step) {
+    if (step > 0 && step % 25 == 0 && params.contains("lr")) {
+      params["lr"] *= 0.7;
+      optimizer = CreateOptimizer(c.rule, params);
+      EXPECT_TRUE(optimizer.ok());
+    }
+    for (size_t i = 0; i < n; ++i) {
+      g0[i] = normal(rng);
+      g1[i] = 0.5f * normal(rng);
+      sum[i] = static_cast<double>(g0[i]) + g1[i];
+    }
+    const float* gradients[] = {g0.data(), g1.data()};
+    UpdateArgs args;
+    args.weights_in = weights->data();
+    args.weights_out = weights->data();
+    args.gradients = gradients;
+    args.state = state_slots;
+    args.size = n;
+    args.step = static_cast<uint64_t>(step);
+    (*optimizer)->Update(args);
+    ReferenceStep(c.rule, params, step + 1, w, s, sum);
+  }
+  *reference = w;
+  return std::vector<float>(weights->data(), weights->data() + n);
+}
+
+TEST_P(OptimizerTest, MatchesTheDoublePrecisionReference) {
+  std::vector<double> reference;
+  const std::vector<float> got = RunSteps(GetParam(), &reference);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], reference[i], 1e-5 * std::max(1.0, std::abs(reference[i])))
+        << GetParam().name << " element " << i;
+  }
+}
+
+TEST_P(OptimizerTest, EverySimdLevelGivesTheSameBits) {
+  std::vector<double> reference;
+  const SimdLevel best = BestSimdLevel();
+  SetActiveSimdLevel(SimdLevel::kBaseline);
+  const std::vector<float> baseline = RunSteps(GetParam(), &reference);
+  for (SimdLevel level : {SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (static_cast<int>(level) > static_cast<int>(best)) continue;
+    SetActiveSimdLevel(level);
+    const std::vector<float> other = RunSteps(GetParam(), &reference);
+    ASSERT_EQ(0, std::memcmp(other.data(), baseline.data(), baseline.size() * sizeof(float)))
+        << GetParam().name << " at " << SimdLevelName(level);
+  }
+  SetActiveSimdLevel(best);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, OptimizerTest,
+    ::testing::Values(
+        Case{"Sgd", "sgd", {{"lr", 0.01}}},
+        Case{"SgdMomentumDampeningDecay",
+             "sgd",
+             {{"lr", 0.01}, {"momentum", 0.9}, {"dampening", 0.1}, {"weight_decay", 0.1}}},
+        Case{"SgdNesterov",
+             "sgd",
+             {{"lr", 0.01}, {"momentum", 0.9}, {"nesterov", 1}, {"weight_decay", 0.01}}},
+        Case{"SgdMaximize", "sgd", {{"lr", 0.01}, {"maximize", 1}}},
+        Case{"Adagrad",
+             "adagrad",
+             {{"lr", 0.1},
+              {"lr_decay", 0.01},
+              {"weight_decay", 0.01},
+              {"initial_accumulator_value", 0.1}}},
+        Case{"Rmsprop", "rmsprop", {{"lr", 0.01}}},
+        Case{"RmspropCenteredMomentum",
+             "rmsprop",
+             {{"lr", 0.01}, {"momentum", 0.9}, {"centered", 1}, {"weight_decay", 0.01}}},
+        Case{"RmspropMomentum", "rmsprop", {{"lr", 0.01}, {"momentum", 0.5}, {"alpha", 0.9}}},
+        Case{"AdamWeightDecay", "adam", {{"lr", 0.01}, {"weight_decay", 0.01}}},
+        Case{"AdamAmsgrad",
+             "adam",
+             {{"lr", 0.01}, {"amsgrad", 1}, {"beta1", 0.8}, {"beta2", 0.99}}},
+        Case{"AdamW", "adamw", {{"lr", 0.01}, {"weight_decay", 0.1}}},
+        Case{"AdamWAmsgradMaximize", "adamw", {{"lr", 0.01}, {"amsgrad", 1}, {"maximize", 1}}},
+        Case{"Sum", "sum", {}}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(OptimizerDefaultsTest, AreTorchOptimDefaults) {
+  auto params = [](const std::string& rule) { return (*CreateOptimizer(rule, {}))->params(); };
+  EXPECT_EQ(params("sgd"), (OptimizerParams{{"lr", 1e-3},
+                                            {"momentum", 0},
+                                            {"dampening", 0},
+                                            {"weight_decay", 0},
+                                            {"nesterov", 0},
+                                            {"maximize", 0}}));
+  EXPECT_EQ(params("adagrad").at("lr"), 1e-2);
+  EXPECT_EQ(params("adagrad").at("eps"), 1e-10);
+  EXPECT_EQ(params("rmsprop").at("alpha"), 0.99);
+  EXPECT_EQ(params("rmsprop").at("eps"), 1e-8);
+  EXPECT_EQ(params("adam"), (OptimizerParams{{"lr", 1e-3},
+                                             {"beta1", 0.9},
+                                             {"beta2", 0.999},
+                                             {"eps", 1e-8},
+                                             {"weight_decay", 0},
+                                             {"amsgrad", 0},
+                                             {"maximize", 0}}));
+  EXPECT_EQ(params("adamw").at("weight_decay"), 1e-2);
+  EXPECT_EQ((*CreateOptimizer("adam", {{"amsgrad", 1}}))->state_slots(), 3);
+  EXPECT_EQ((*CreateOptimizer("rmsprop", {{"centered", 1}, {"momentum", 0.9}}))->state_slots(), 3);
+  EXPECT_EQ((*CreateOptimizer("sgd", {}))->state_slots(), 0);
+}
+
+TEST(OptimizerDefaultsTest, AdagradStartsFromItsInitialAccumulator) {
+  auto adagrad = CreateOptimizer("adagrad", {{"initial_accumulator_value", 0.25}});
+  ASSERT_TRUE(adagrad.ok());
+  std::vector<float> state(10, -1);
+  float* slots[] = {state.data()};
+  (*adagrad)->InitializeState(slots, state.size());
+  for (float v : state) EXPECT_EQ(v, 0.25f);
+}
+
+TEST(OptimizerRegistryTest, RefusesUnknownNamesAndBadHyperparameters) {
+  auto code = [](const std::string& rule, const OptimizerParams& params) {
+    return CreateOptimizer(rule, params).status().code();
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(code("adamax-ultra", {}), kInvalid);
+  for (const char* rule : {"sgd", "adagrad", "rmsprop", "adam", "adamw"}) {
+    EXPECT_EQ(code(rule, {{"lr", -0.1}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"weight_decay", -1}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"lr", std::nan("")}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"no_such_thing", 1}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"maximize", 0.5}}), kInvalid) << rule;
+  }
+  for (const char* rule : {"adagrad", "rmsprop", "adam", "adamw"}) {
+    EXPECT_EQ(code(rule, {{"eps", 0}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"eps", -1e-8}}), kInvalid) << rule;
+  }
+  for (const char* rule : {"adam", "adamw"}) {
+    EXPECT_EQ(code(rule, {{"beta1", 1.0}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"beta2", -0.1}}), kInvalid) << rule;
+    EXPECT_EQ(code(rule, {{"amsgrad", 2}}), kInvalid) << rule;
+  }
+  EXPECT_EQ(code("sgd", {{"nesterov", 1}}), kInvalid);  // needs momentum
+  EXPECT_EQ(code("sgd", {{"nesterov", 1}, {"momentum", 0.9}, {"dampening", 0.1}}), kInvalid);
+  EXPECT_EQ(code("sgd", {{"momentum", -0.9}}), kInvalid);
+  EXPECT_EQ(code("rmsprop", {{"alpha", -0.5}}), kInvalid);
+  EXPECT_EQ(code("adagrad", {{"lr_decay", -1}}), kInvalid);
+  EXPECT_EQ(code("sum", {{"lr", 0.1}}), kInvalid);
+  absl::Status unknown = CreateOptimizer("sgd", {{"momentun", 0.9}}).status();
+  EXPECT_NE(unknown.message().find("momentun"), absl::string_view::npos) << unknown;
+}
+
+}  // namespace
+}  // namespace hetps
