@@ -71,7 +71,8 @@ class Shard final : public transport::RequestHandler {
     Partition* partition = nullptr;
     const Tensor* tensor = nullptr;
     hetps::v1::PartitionItem meta;
-    FloatFormat format = FloatFormat::kFp32;  // of the item's bytes on the wire
+    FloatFormat format = FloatFormat::kFp32;       // of the item's bytes on the wire
+    FloatFormat pull_format = FloatFormat::kFp32;  // of the weights sent back
     transport::Payload gradient;
   };
 

@@ -48,10 +48,15 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
           name, ShardOfPartition(item.tensor_key(), item.partition(), options_.num_shards),
           options_.shard_index));
     }
-    if (item.dtype() != tensor->decl.dtype()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor '%s' holds dtype %d, the request says %d", name,
-                          tensor->decl.dtype(), item.dtype()));
+    absl::StatusOr<FloatFormat> format = FormatOf(item.dtype());
+    absl::StatusOr<FloatFormat> pull_format =
+        item.pull_dtype() == hetps::v1::DTYPE_UNSPECIFIED ? format : FormatOf(item.pull_dtype());
+    for (const auto* checked : {&format, &pull_format}) {
+      if (!checked->ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat("partition %d of tensor '%s': %s",
+                                                          item.partition(), name,
+                                                          checked->status().message()));
+      }
     }
     if (!seen.emplace(item.tensor_key(), item.partition()).second) {
       return absl::InvalidArgumentError(
@@ -61,11 +66,18 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
     out.partition = partition;
     out.tensor = tensor;
     out.meta = item;
+    out.format = *format;
+    out.pull_format = *pull_format;
+    // A response names the type its bytes are in.
+    out.meta.set_dtype(item.pull_dtype() == hetps::v1::DTYPE_UNSPECIFIED ? item.dtype()
+                                                                         : item.pull_dtype());
+    out.meta.clear_pull_dtype();
     if (gradients != nullptr) {
-      if (item.num_bytes() != partition->parameter_bytes()) {
+      const uint64_t bytes = partition->num_elements() * BytesPerElement(*format);
+      if (item.num_bytes() != bytes) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "partition %d of tensor '%s' has %d bytes, the push carries %d", item.partition(), name,
-            partition->parameter_bytes(), item.num_bytes()));
+            "partition %d of tensor '%s' takes %d bytes of that dtype, the push carries %d",
+            item.partition(), name, bytes, item.num_bytes()));
       }
       if (item.num_bytes() > gradients->size() - offset) {
         return absl::InvalidArgumentError(
@@ -165,27 +177,27 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    const bool posted = owners_[owner]->Post([pending, shared_items, call,
-                                              slots = std::move(by_owner[owner])]() mutable {
-      for (size_t slot : slots) {
-        DataItem& item = (*shared_items)[slot];
-        if (call.push) {
-          absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
-                                                     item.format, std::move(item.gradient));
-          if (!pushed.ok()) {
-            pending->Fail(pushed);
-            return;
+    const bool posted = owners_[owner]->Post(
+        [pending, shared_items, call, slots = std::move(by_owner[owner])]() mutable {
+          for (size_t slot : slots) {
+            DataItem& item = (*shared_items)[slot];
+            if (call.push) {
+              absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
+                                                         item.format, std::move(item.gradient));
+              if (!pushed.ok()) {
+                pending->Fail(pushed);
+                return;
+              }
+            }
+            if (call.pull) {
+              const uint64_t wanted =
+                  call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+              item.partition->Pull(wanted, item.pull_format, pending, slot);
+            } else {
+              pending->CompleteItem(slot);
+            }
           }
-        }
-        if (call.pull) {
-          const uint64_t wanted =
-              call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
-          item.partition->Pull(wanted, item.format, pending, slot);
-        } else {
-          pending->CompleteItem(slot);
-        }
-      }
-    });
+        });
     if (!posted) {
       pending->Fail(absl::UnavailableError(
           absl::StrFormat("shard %d is shutting down", options_.shard_index)));

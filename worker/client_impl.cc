@@ -162,9 +162,9 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
   }
   offset = 0;
   for (const Piece& piece : pieces) {
-    result->payload.CopyTo(
-        offset, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(piece.weights), piece.bytes));
-    offset += piece.bytes;
+    result->payload.ConvertTo(offset, piece.pull_format, piece.weights, piece.weights_format,
+                              piece.elements);
+    offset += piece.elements * BytesPerElement(piece.pull_format);
   }
   return absl::OkStatus();
 }
@@ -365,8 +365,9 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
                                            absl::Now() + options_.call_timeout)
                             .status());
   absl::MutexLock lock(&mu_);
-  tensors_.try_emplace(
-      key, std::make_unique<DeclaredTensor>(DeclaredTensor{spec.name, spec.num_elements, layout}));
+  tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(DeclaredTensor{
+                                spec.name, spec.num_elements, layout, FormatOf(spec.push_dtype),
+                                FormatOf(spec.pull_dtype)}));
   return key;
 }
 
@@ -392,9 +393,9 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
     const size_t given = push ? gradients[i].gradient.size() : weights[i].weights.size();
     const size_t other = push && pull ? weights[i].weights.size() : given;
     if (given != tensor->num_elements || other != tensor->num_elements) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tensor '%s' has %d elements, %d were given", tensor->name, tensor->num_elements,
-          given != tensor->num_elements ? given : other));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor '%s' has %d elements, %d were given", tensor->name,
+                          tensor->num_elements, given != tensor->num_elements ? given : other));
     }
     for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
       const PartitionRange range = tensor->layout.partition(p);
@@ -449,6 +450,9 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
         continue;
       }
       item->set_dtype(WireDType(piece.push_format));
+      if (method == hetps::v1::METHOD_PUSH_PULL && piece.pull_format != piece.push_format) {
+        item->set_pull_dtype(WireDType(piece.pull_format));
+      }
       item->set_num_bytes(piece.elements * BytesPerElement(piece.push_format));
       payload.Append(GradientPayload(piece));
     }

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/half.h"
+#include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
 
@@ -19,15 +21,18 @@ using transport::Payload;
 class PartitionTest : public ::testing::Test {
  protected:
   std::unique_ptr<Partition> Make(hetps::v1::SyncMode mode, uint32_t workers, size_t n,
-                                  float initial = 0) {
-    auto sgd = CreateOptimizer("sgd", {{"lr", 0.1}});
-    EXPECT_TRUE(sgd.ok());
-    optimizer_ = *std::move(sgd);
+                                  float initial = 0, const std::string& rule = "sgd",
+                                  const OptimizerParams& params = {{"lr", 0.1}},
+                                  ThreadPool* pool = nullptr) {
+    auto optimizer = CreateOptimizer(rule, params);
+    EXPECT_TRUE(optimizer.ok());
+    optimizer_ = *std::move(optimizer);
     Partition::Config config;
     config.range = {0, n};
     config.sync_mode = mode;
     config.num_workers = workers;
     config.optimizer = optimizer_;
+    config.kernel_pool = pool;
     absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
     EXPECT_TRUE(weights.ok());
     std::fill(weights->data(), weights->data() + n, initial);
@@ -37,7 +42,9 @@ class PartitionTest : public ::testing::Test {
   }
 
   // The weights, as a pull gets them.
-  static std::vector<float> Read(Partition& partition) { return Floats(partition.Snapshot(FloatFormat::kFp32)); }
+  static std::vector<float> Read(Partition& partition) {
+    return Floats(partition.Snapshot(FloatFormat::kFp32));
+  }
   static std::vector<float> Floats(const WeightsSnapshot& snapshot) {
     std::vector<float> values(snapshot.bytes.size() / sizeof(float));
     snapshot.bytes.CopyTo(0, transport::AsWritableBytes(absl::MakeSpan(values)));
@@ -79,7 +86,8 @@ TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
     auto partition = Make(hetps::v1::SYNC_MODE_BSP, workers, n);
     for (uint32_t rank : order) {
       std::vector<std::string> storage;
-      ASSERT_TRUE(partition->Push(rank, 0, 0, FloatFormat::kFp32, Fragmented(grads[rank], &storage)).ok());
+      ASSERT_TRUE(
+          partition->Push(rank, 0, 0, FloatFormat::kFp32, Fragmented(grads[rank], &storage)).ok());
       EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
     }
     std::vector<float> result = Read(*partition);
@@ -104,12 +112,14 @@ TEST_F(PartitionTest, BspRetriesAreRecognised) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());  // a retry: not counted twice
+  ASSERT_TRUE(
+      partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());  // a retry: not counted twice
   EXPECT_EQ(partition->version(), 0u);
   ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
-  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());  // late retry of an applied step
+  ASSERT_TRUE(
+      partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());  // late retry of an applied step
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
@@ -136,7 +146,8 @@ TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
   EXPECT_EQ(partition->version(), 1u);
   ASSERT_TRUE(partition->Push(0, 0, 10, FloatFormat::kFp32, payload).ok());  // retry
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push(1, 0, 3, FloatFormat::kFp32, payload).ok());  // another worker's own sequence
+  ASSERT_TRUE(
+      partition->Push(1, 0, 3, FloatFormat::kFp32, payload).ok());  // another worker's own sequence
   ASSERT_TRUE(partition->Push(0, 1, 11, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 3u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
@@ -158,10 +169,92 @@ TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
   WeightsSnapshot before = partition->Snapshot(FloatFormat::kFp32);
   std::vector<float> g(16, 10.0f);
-  ASSERT_TRUE(partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  ASSERT_TRUE(
+      partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+          .ok());
   EXPECT_EQ(before.version, 0u);
   EXPECT_EQ(Floats(before)[0], 5.0f);  // copy-on-write kept the sent buffer intact
   EXPECT_EQ(Read(*partition)[0], 4.0f);
+}
+
+TEST_F(PartitionTest, SixteenBitGradientsAreWidenedExactly) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 64, 0, "sum", {});
+  std::vector<uint16_t> bf16(64), fp16(64);
+  std::vector<float> expected(64);
+  for (size_t i = 0; i < 64; ++i) {
+    const float a = 0.1f * static_cast<float>(i) - 3.0f, b = 1.0f / (1.0f + i);
+    bf16[i] = Fp32ToBf16(a);
+    fp16[i] = Fp32ToFp16(b);
+    expected[i] = Bf16ToFp32(bf16[i]) + Fp16ToFp32(fp16[i]);
+  }
+  ASSERT_TRUE(
+      partition
+          ->Push(0, 0, 0, FloatFormat::kBf16, Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16))))
+          .ok());
+  std::vector<std::string> storage;  // fp16 arriving in unaligned fragments
+  Payload fragmented;
+  const std::string bytes(reinterpret_cast<const char*>(fp16.data()), fp16.size() * 2);
+  for (size_t offset = 0; offset < bytes.size(); offset += 5) {
+    storage.push_back(" " + bytes.substr(offset, 5));
+  }
+  for (const std::string& piece : storage) {
+    fragmented.Append(Payload::Borrow(
+        transport::ByteSpan(reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
+  }
+  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp16, fragmented).ok());
+  EXPECT_EQ(Read(*partition), expected);
+}
+
+TEST_F(PartitionTest, SixteenBitPullsAreConvertedOncePerVersion) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 32, 1.0f / 3.0f);
+  WeightsSnapshot first = partition->Snapshot(FloatFormat::kBf16);
+  WeightsSnapshot again = partition->Snapshot(FloatFormat::kBf16);
+  ASSERT_EQ(first.bytes.size(), 64u);
+  EXPECT_EQ(first.bytes.segments()[0].data(), again.bytes.segments()[0].data());  // shared
+  uint16_t value;
+  first.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
+  EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f));
+  std::vector<float> g(32, 1.0f);
+  ASSERT_TRUE(
+      partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+          .ok());
+  WeightsSnapshot later = partition->Snapshot(FloatFormat::kBf16);
+  EXPECT_EQ(later.version, 1u);
+  later.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
+  EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f - 0.1f));
+  first.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
+  EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f));  // the earlier snapshot is untouched
+}
+
+TEST_F(PartitionTest, RescheduledHyperparametersApplyFromTheirVersion) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 1, 16, 0, "sgd", {{"lr", 1.0}});
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  std::shared_ptr<const Optimizer> slower = *CreateOptimizer("sgd", {{"lr", 0.25}});
+  ASSERT_TRUE(partition->Reschedule(2, slower).ok());
+  for (uint64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(partition->Push(0, step, 0, FloatFormat::kFp32, payload).ok());
+  }
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -1 - 1 - 0.25f - 0.25f);
+  EXPECT_EQ(partition->Reschedule(3, slower).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(partition->Reschedule(4, slower).ok());
+}
+
+TEST_F(PartitionTest, LargeUpdatesSpreadOverThePoolGiveTheSameBits) {
+  const size_t n = Partition::kParallelElements + 1000;
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = std::sin(static_cast<float>(i));
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ThreadPool pool(3, "test-kernels");
+  auto spread = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}}, &pool);
+  auto single = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}});
+  for (uint64_t sequence = 1; sequence <= 3; ++sequence) {
+    ASSERT_TRUE(spread->Push(0, 0, sequence, FloatFormat::kFp32, payload).ok());
+    ASSERT_TRUE(single->Push(0, 0, sequence, FloatFormat::kFp32, payload).ok());
+  }
+  const std::vector<float> a = Read(*spread), b = Read(*single);
+  ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)));
+  EXPECT_NE(a[12345], 0.5f);
 }
 
 TEST_F(PartitionTest, PullWaitsForTheVersion) {
@@ -179,7 +272,9 @@ TEST_F(PartitionTest, PullWaitsForTheVersion) {
   partition->Pull(1, FloatFormat::kFp32, request, 0);
   EXPECT_FALSE(replied.HasBeenNotified());
   std::vector<float> g(16, 1.0f);
-  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))).ok());
+  ASSERT_TRUE(
+      partition->Push(0, 0, 0, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+          .ok());
   ASSERT_TRUE(replied.HasBeenNotified());
   ASSERT_TRUE(result.ok());
   hetps::v1::PullResponse response;

@@ -1,6 +1,7 @@
 // Every kind of bad request a shard can get is answered with its own error code, changes
 // nothing, and leaves the shard serving the others. Requests are sent raw, as a faulty or
 // hostile client would, over each transport.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -325,6 +326,67 @@ TEST_P(ShardTest, StatsReportSizesAndFailures) {
   hetps::v1::PushRequest empty;
   EXPECT_FALSE(Call(hetps::v1::METHOD_PUSH, empty).ok());
   EXPECT_EQ(cluster_->shard(0).Stats().failed_requests(), before.failed_requests() + 1);
+}
+
+TEST_P(ShardTest, OptimizerChangesAreCheckedAndApplyFromTheirVersion) {
+  auto change = [&](uint64_t key, uint64_t from, std::map<std::string, double> params) {
+    hetps::v1::SetOptimizerRequest request;
+    request.set_tensor_key(key);
+    request.set_from_version(from);
+    for (const auto& [name, value] : params) (*request.mutable_params())[name] = value;
+    return Call(hetps::v1::METHOD_SET_OPTIMIZER, request).status();
+  };
+  EXPECT_EQ(change(999, 1, {{"lr", 0.5}}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(change(key_, 1, {{"lr", -0.5}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(change(key_, 1, {{"learning_rate", 0.5}}).code(), absl::StatusCode::kInvalidArgument);
+  // Turning momentum on would need state the partitions do not have.
+  EXPECT_EQ(change(key_, 1, {{"momentum", 0.9}}).code(), absl::StatusCode::kInvalidArgument);
+  ExpectUnchanged();
+  ASSERT_TRUE(change(key_, 1, {{"lr", 0.5}}).ok());
+
+  std::vector<hetps::v1::PartitionItem> items;
+  for (uint32_t p : mine_) items.push_back(Item(p, PartitionBytes(p)));
+  for (uint64_t step = 0; step < 2; ++step) {
+    for (uint32_t rank = 0; rank < 2; ++rank) {
+      Payload payload;
+      for (uint32_t p : mine_) payload.Append(Gradient(PartitionBytes(p)));
+      ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(items, step, rank), payload).ok());
+    }
+  }
+  hetps::v1::PullRequest pull;
+  *pull.add_items() = Item(mine_[0], 0);
+  absl::StatusOr<transport::Response> pulled = Call(hetps::v1::METHOD_PULL, pull);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  float first;
+  pulled->payload.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&first), 4));
+  // Step 0 with lr 0.1, step 1 with lr 0.5; two workers' gradients of 1 each.
+  EXPECT_FLOAT_EQ(first, 1.5f - 0.1f * 2 - 0.5f * 2);
+  EXPECT_EQ(change(key_, 1, {{"lr", 0.01}}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(ShardTest, SixteenBitItemsCarryTwoBytesPerElement) {
+  const uint32_t p = mine_[0];
+  const uint64_t elements = PartitionBytes(p) / sizeof(float);
+  hetps::v1::PartitionItem item = Item(p, elements * 4);
+  item.set_dtype(hetps::v1::DTYPE_BF16);
+  EXPECT_EQ(Call(hetps::v1::METHOD_PUSH, Push({item}), Gradient(elements * 4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  item.set_num_bytes(elements * 2);
+  item.set_dtype(static_cast<hetps::v1::DType>(9));
+  EXPECT_EQ(Call(hetps::v1::METHOD_PUSH, Push({item}), Gradient(elements * 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectUnchanged();
+  item.set_dtype(hetps::v1::DTYPE_FP16);
+  absl::Status pushed = Call(hetps::v1::METHOD_PUSH, Push({item}), Gradient(elements * 2)).status();
+  EXPECT_TRUE(pushed.ok()) << pushed;
+  // A bf16 pull returns two bytes per element.
+  hetps::v1::PullRequest pull;
+  hetps::v1::PartitionItem wanted = Item(p, 0);
+  wanted.set_dtype(hetps::v1::DTYPE_BF16);
+  *pull.add_items() = wanted;
+  absl::StatusOr<transport::Response> pulled = Call(hetps::v1::METHOD_PULL, pull);
+  ASSERT_TRUE(pulled.ok());
+  EXPECT_EQ(pulled->payload.size(), elements * 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ShardTest, ::testing::Values("inproc", "grpc"),

@@ -8,6 +8,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/half.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_cluster.h"
@@ -326,6 +327,82 @@ TEST_P(ClientTest, BarrierWithAMissingWorkerEndsAtTheDeadline) {
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_P(ClientTest, SixteenBitWireTypesAreConvertedOnBothSides) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  TensorSpec spec = Spec("w", 600, 1.0);
+  spec.optimizer = {"sum", {}};
+  spec.push_dtype = DType::kBf16;
+  spec.pull_dtype = DType::kFp16;
+  auto id = client->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g(600), w(600);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i) - 1.0f / 3.0f;
+  absl::Status status = client->PushPull(*id, g, absl::MakeSpan(w), 0).Wait();
+  ASSERT_TRUE(status.ok()) << status;
+  for (size_t i = 0; i < g.size(); ++i) {
+    // fp32 -> bf16 on the way in, fp32 sum on the shard, -> fp16 on the way out.
+    ASSERT_EQ(w[i], Fp16ToFp32(Fp32ToFp16(Bf16ToFp32(Fp32ToBf16(g[i]))))) << i;
+  }
+  // 16-bit values in and out without any conversion by the client.
+  std::vector<uint16_t> g16(600), w16(600);
+  for (size_t i = 0; i < g16.size(); ++i) g16[i] = Fp32ToBf16(static_cast<float>(i));
+  ASSERT_TRUE(
+      client->PushPull(*id, ConstTensorView::Bf16(g16), TensorView::Fp16(absl::MakeSpan(w16)), 1)
+          .Wait()
+          .ok());
+  for (size_t i = 0; i < w16.size(); ++i) {
+    ASSERT_EQ(w16[i], Fp32ToFp16(Bf16ToFp32(g16[i]))) << i;
+  }
+}
+
+TEST_P(ClientTest, SumOnlyTensorsReturnExactlyTheSumOfEachStep) {
+  StartCluster(2, 2);
+  std::unique_ptr<Client> clients[] = {NewClient(0), NewClient(1)};
+  TensorSpec spec = Spec("grad", 1000);
+  spec.optimizer = {"sum", {}};
+  TensorId id = 0;
+  for (auto& client : clients) {
+    auto declared = client->Declare(spec);
+    ASSERT_TRUE(declared.ok()) << declared.status();
+    id = *declared;
+  }
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<float> g0(1000), g1(1000), out0(1000), out1(1000);
+    for (size_t i = 0; i < 1000; ++i) {
+      g0[i] = std::sin(static_cast<float>(i + step));
+      g1[i] = 1e-3f * static_cast<float>(i) * (step + 1);
+    }
+    Operation a = clients[0]->PushPull(id, g0, absl::MakeSpan(out0), step);
+    Operation b = clients[1]->PushPull(id, g1, absl::MakeSpan(out1), step);
+    ASSERT_TRUE(a.Wait().ok());
+    ASSERT_TRUE(b.Wait().ok());
+    for (size_t i = 0; i < 1000; ++i) {
+      ASSERT_EQ(out0[i], g0[i] + g1[i]) << i;  // this step's sum, nothing carried over
+      ASSERT_EQ(out1[i], g0[i] + g1[i]) << i;
+    }
+  }
+}
+
+TEST_P(ClientTest, LearningRateScheduleSwitchesOnEveryShardAtTheSameStep) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 1000, 1.0));  // 4 partitions over 2 shards
+  ASSERT_TRUE(id.ok());
+  std::vector<float> g(1000, 1.0f), w(1000);
+  ASSERT_TRUE(client->SetHyperparameters(*id, 2, {{"lr", 0.5}}).ok());
+  ASSERT_TRUE(client->SetHyperparameters(*id, 3, {{"lr", 0.25}}).ok());
+  for (uint64_t step = 0; step < 4; ++step) {
+    ASSERT_TRUE(client->PushPull(*id, g, absl::MakeSpan(w), step).Wait().ok());
+  }
+  for (float v : w) ASSERT_EQ(v, -1.0f - 1.0f - 0.5f - 0.25f);
+  EXPECT_EQ(client->SetHyperparameters(*id, 1, {{"lr", 0.1}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->SetHyperparameters(*id, 9, {{"lr", -1}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->SetHyperparameters(777, 9, {{"lr", 1}}).code(), absl::StatusCode::kNotFound);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientTest, ::testing::Values("inproc", "grpc"),
