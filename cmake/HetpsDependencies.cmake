@@ -55,3 +55,4 @@ else()
 endif()
 
 find_package(GTest CONFIG)
+find_package(benchmark CONFIG QUIET)

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "optimizer/registry.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "worker/client.h"
@@ -129,6 +130,136 @@ TEST(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
     EXPECT_LT(FinalLoss(WorkerLog(cluster, r)), 1e-3) << WorkerLog(cluster, r);
+  }
+}
+
+// The same training in one process, with any update rule of the optimizer library: the workers'
+// gradients go to the rule as the shards hand them over (in rank order), on the whole model.
+std::vector<float> SingleProcessReference(int world_size, int steps, const std::string& rule,
+                                          const OptimizerParams& params) {
+  examples::LinregProblem problem;
+  problem.dim = kDim;
+  problem.samples_per_worker = kSamples;
+  std::vector<examples::WorkerData> data;
+  for (int r = 0; r < world_size; ++r) data.push_back(examples::MakeWorkerData(problem, r));
+  std::unique_ptr<Optimizer> optimizer = *CreateOptimizer(rule, params);
+  const int slots = optimizer->state_slots();
+  std::vector<float> w(kDim, 0.0f), w_state(kDim * slots), b_state(slots);
+  float b = 0;
+  std::vector<float*> w_slots, b_slots;
+  for (int k = 0; k < slots; ++k) {
+    w_slots.push_back(w_state.data() + k * kDim);
+    b_slots.push_back(b_state.data() + k);
+  }
+  optimizer->InitializeState(w_slots, kDim);
+  optimizer->InitializeState(b_slots, 1);
+  std::vector<std::vector<float>> grad_w(world_size, std::vector<float>(kDim));
+  std::vector<float> grad_b(world_size);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<const float*> gw, gb;
+    for (int r = 0; r < world_size; ++r) {
+      examples::LossAndGradient(data[r], w, b, absl::MakeSpan(grad_w[r]), &grad_b[r]);
+      gw.push_back(grad_w[r].data());
+      gb.push_back(&grad_b[r]);
+    }
+    optimizer->Update(
+        {w.data(), w.data(), gw, w_slots, static_cast<size_t>(kDim), static_cast<uint64_t>(step)});
+    optimizer->Update({&b, &b, gb, b_slots, 1, static_cast<uint64_t>(step)});
+  }
+  w.push_back(b);
+  return w;
+}
+
+float MaxRelativeDifference(const std::vector<float>& got, const std::vector<float>& want) {
+  float worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(1.0f, std::abs(want[i])));
+  }
+  return worst;
+}
+
+TEST(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  const int steps = 40;
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(
+      cluster, 2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--weight_decay=0.01"});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+  }
+  const std::vector<float> reference =
+      SingleProcessReference(2, steps, "adam", {{"lr", 0.05}, {"weight_decay", 0.01}});
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    ASSERT_EQ(model.size(), reference.size());
+    EXPECT_LE(MaxRelativeDifference(model, reference), 1e-5) << "worker " << r;
+  }
+}
+
+// bf16 gradients carry 8 significant bits: training still converges, to within
+// kBf16Tolerance (relative, per weight) of the fp32 run. The figure is documented in the
+// README's section on wire types.
+TEST(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
+  constexpr float kBf16Tolerance = 0.005f;
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  const int steps = 60;
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(
+      cluster, 2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--push_dtype=bf16"});
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+  }
+  const std::vector<float> fp32 = SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});
+  const examples::LinregProblem problem{kDim, kSamples};
+  const std::vector<float> truth = examples::TrueModel(problem);
+  const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", 0));
+  ASSERT_EQ(model.size(), fp32.size());
+  const float difference = MaxRelativeDifference(model, fp32);
+  std::printf("bf16 gradients: max relative difference to the fp32 run %.5f\n", difference);
+  EXPECT_LE(difference, kBf16Tolerance);
+  EXPECT_GT(difference, 0.0f);  // the wire really carried bf16
+  // And both approach the true model.
+  EXPECT_LE(MaxRelativeDifference(model, truth), 0.1f);
+}
+
+TEST(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  std::unique_ptr<Client> clients[2];
+  for (uint32_t r = 0; r < 2; ++r) {
+    ClientOptions options;
+    options.servers = cluster.addresses();
+    options.rank = r;
+    options.world_size = 2;
+    options.partition_bytes = 1 << 16;
+    auto client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    clients[r] = *std::move(client);
+  }
+  TensorSpec spec;
+  spec.name = "gradients";
+  spec.num_elements = 1 << 20;
+  spec.optimizer = {"sum", {}};
+  TensorId id = 0;
+  for (auto& client : clients) {
+    auto declared = client->Declare(spec);
+    ASSERT_TRUE(declared.ok()) << declared.status();
+    id = *declared;
+  }
+  std::vector<float> g0(spec.num_elements), g1(spec.num_elements), out0(g0.size()), out1(g0.size());
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (size_t i = 0; i < g0.size(); ++i) {
+    g0[i] = normal(rng);
+    g1[i] = normal(rng);
+  }
+  Operation a = clients[0]->PushPull(id, g0, absl::MakeSpan(out0), 0);
+  Operation b = clients[1]->PushPull(id, g1, absl::MakeSpan(out1), 0);
+  ASSERT_TRUE(a.Wait().ok());
+  ASSERT_TRUE(b.Wait().ok());
+  for (size_t i = 0; i < g0.size(); ++i) {
+    ASSERT_EQ(out0[i], g0[i] + g1[i]) << i;
+    ASSERT_EQ(out1[i], g0[i] + g1[i]) << i;
   }
 }
 

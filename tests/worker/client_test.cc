@@ -405,6 +405,24 @@ TEST_P(ClientTest, LearningRateScheduleSwitchesOnEveryShardAtTheSameStep) {
   EXPECT_EQ(client->SetHyperparameters(777, 9, {{"lr", 1}}).code(), absl::StatusCode::kNotFound);
 }
 
+TEST_P(ClientTest, StatsCountParameterAndOptimizerStateBytes) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  TensorSpec adam = Spec("adam", 1000);
+  adam.optimizer = {"adam", {{"amsgrad", 1}}};
+  ASSERT_TRUE(client->Declare(adam).ok());
+  ASSERT_TRUE(client->Declare(Spec("sgd", 500)).ok());
+  auto stats = client->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  uint64_t parameters = 0, state = 0;
+  for (const ShardStats& shard : *stats) {
+    parameters += shard.parameter_bytes;
+    state += shard.optimizer_state_bytes;
+  }
+  EXPECT_EQ(parameters, (1000 + 500) * sizeof(float));
+  EXPECT_EQ(state, 3 * 1000 * sizeof(float));  // m, v and v_max; plain sgd keeps none
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ClientTest, ::testing::Values("inproc", "grpc"),
                          [](const auto& info) { return info.param; });
 

@@ -21,7 +21,12 @@ ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
 ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
 ABSL_FLAG(int, steps, 50, "Training steps");
 ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
-ABSL_FLAG(double, lr, 0.25, "SGD learning rate (applied to the sum of the workers' gradients)");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "Server-side update rule: sgd, adam, adamw, adagrad, rmsprop");
+ABSL_FLAG(double, lr, 0.25, "Learning rate (applied to the sum of the workers' gradients)");
+ABSL_FLAG(double, weight_decay, -1, "Weight decay; negative keeps the rule's default");
+ABSL_FLAG(std::string, push_dtype, "fp32", "How gradients travel: fp32, bf16 or fp16");
+ABSL_FLAG(std::string, pull_dtype, "fp32", "How weights come back: fp32, bf16 or fp16");
 ABSL_FLAG(int, dim, 256, "Number of features");
 ABSL_FLAG(int, samples, 2048, "Samples per worker");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the synthetic problem");
@@ -35,6 +40,13 @@ namespace {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
   return 2;
+}
+
+absl::StatusOr<hetps::DType> ParseDType(const std::string& name) {
+  if (name == "fp32") return hetps::DType::kFp32;
+  if (name == "bf16") return hetps::DType::kBf16;
+  if (name == "fp16") return hetps::DType::kFp16;
+  return absl::InvalidArgumentError("dtypes are fp32, bf16 or fp16, not " + name);
 }
 
 }  // namespace
@@ -67,7 +79,16 @@ int main(int argc, char** argv) {
   weight_spec.name = "linreg.weight";
   weight_spec.num_elements = static_cast<uint64_t>(problem.dim);
   weight_spec.sync = sync == "asp" ? hetps::SyncMode::kAsp : hetps::SyncMode::kBsp;
-  weight_spec.optimizer = {"sgd", {{"lr", absl::GetFlag(FLAGS_lr)}}};
+  weight_spec.optimizer = {absl::GetFlag(FLAGS_optimizer), {{"lr", absl::GetFlag(FLAGS_lr)}}};
+  if (absl::GetFlag(FLAGS_weight_decay) >= 0) {
+    weight_spec.optimizer.params["weight_decay"] = absl::GetFlag(FLAGS_weight_decay);
+  }
+  absl::StatusOr<hetps::DType> push_dtype = ParseDType(absl::GetFlag(FLAGS_push_dtype));
+  absl::StatusOr<hetps::DType> pull_dtype = ParseDType(absl::GetFlag(FLAGS_pull_dtype));
+  if (!push_dtype.ok()) return Fail(push_dtype.status());
+  if (!pull_dtype.ok()) return Fail(pull_dtype.status());
+  weight_spec.push_dtype = *push_dtype;
+  weight_spec.pull_dtype = *pull_dtype;
   hetps::TensorSpec bias_spec = weight_spec;
   bias_spec.name = "linreg.bias";
   bias_spec.num_elements = 1;
