@@ -55,9 +55,9 @@ class PartitionTest : public ::testing::Test {
 };
 
 // A payload split into odd-sized, unaligned pieces, as received network buffers can be.
-Payload Fragmented(const std::vector<float>& values, std::vector<std::string>* storage) {
-  const std::string bytes(reinterpret_cast<const char*>(values.data()),
-                          values.size() * sizeof(float));
+template <typename T>
+Payload Fragmented(const std::vector<T>& values, std::vector<std::string>* storage) {
+  const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   Payload payload;
   for (size_t offset = 0; offset < bytes.size(); offset += 7) {
     storage->push_back(" " + bytes.substr(offset, 7));  // leading byte: misaligned
@@ -192,16 +192,7 @@ TEST_F(PartitionTest, SixteenBitGradientsAreWidenedExactly) {
           ->Push(0, 0, 0, FloatFormat::kBf16, Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16))))
           .ok());
   std::vector<std::string> storage;  // fp16 arriving in unaligned fragments
-  Payload fragmented;
-  const std::string bytes(reinterpret_cast<const char*>(fp16.data()), fp16.size() * 2);
-  for (size_t offset = 0; offset < bytes.size(); offset += 5) {
-    storage.push_back(" " + bytes.substr(offset, 5));
-  }
-  for (const std::string& piece : storage) {
-    fragmented.Append(Payload::Borrow(
-        transport::ByteSpan(reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
-  }
-  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp16, fragmented).ok());
+  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp16, Fragmented(fp16, &storage)).ok());
   EXPECT_EQ(Read(*partition), expected);
 }
 

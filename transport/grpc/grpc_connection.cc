@@ -58,8 +58,8 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
 
   void Cancel() { context_.TryCancel(); }
 
-  // Waits (bounded) until gRPC has finished with the stream.
-  void AwaitDone(absl::Duration timeout) { done_.WaitForNotificationWithTimeout(timeout); }
+  // Waits (bounded) until gRPC has finished with the stream and let go of it.
+  void AwaitDone(absl::Duration timeout) { done_->WaitForNotificationWithTimeout(timeout); }
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer* next = nullptr;
@@ -108,7 +108,6 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   }
 
   void OnDone(const grpc::Status& status) override {
-    std::shared_ptr<ClientStream> keep = std::move(self_);  // released when this returns
     absl::flat_hash_set<uint64_t> orphans;
     {
       absl::MutexLock lock(&mu_);
@@ -120,7 +119,13 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
                              : absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                                             absl::StrCat(peer_, ": ", status.error_message()));
     for (uint64_t id : orphans) tracker_->Finish(id, error);
-    done_.Notify();
+    // Let go of ourselves before telling the connection: if it is waiting in Shutdown, the
+    // stream (and its ClientContext, which holds the channel) is then destroyed on that thread.
+    // Destroyed here instead, on a gRPC thread, the last channel reference could start gRPC's
+    // library shutdown on a detached thread and race with the process's exit.
+    std::shared_ptr<absl::Notification> done = done_;
+    self_.reset();  // `this` may be gone from here on
+    done->Notify();
   }
 
  private:
@@ -146,7 +151,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   const std::shared_ptr<internal::CallTracker> tracker_;
   grpc::ClientContext context_;
   grpc::ByteBuffer read_buffer_;
-  absl::Notification done_;
+  const std::shared_ptr<absl::Notification> done_ = std::make_shared<absl::Notification>();
   std::shared_ptr<ClientStream> self_;
 
   absl::Mutex mu_;
