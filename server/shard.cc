@@ -116,6 +116,9 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
     case hetps::v1::METHOD_SET_OPTIMIZER:
       SetOptimizer(std::move(request), std::move(reply));
       return;
+    case hetps::v1::METHOD_ECHO:
+      reply(Echo(std::move(request)));
+      return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
     case hetps::v1::METHOD_PUSH_PULL:
@@ -337,7 +340,8 @@ void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback re
   if (status.ok()) {
     // The changes apply on top of the hyperparameters in effect at that version.
     absl::MutexLock lock(&tensor->schedule_mu);
-    OptimizerParams params = std::prev(tensor->schedule.upper_bound(change->from_version()))->second;
+    OptimizerParams params =
+        std::prev(tensor->schedule.upper_bound(change->from_version()))->second;
     for (const auto& [name, value] : change->params()) params[name] = value;
     absl::StatusOr<std::unique_ptr<Optimizer>> created =
         CreateOptimizer(tensor->decl.optimizer().name(), params);
@@ -384,6 +388,32 @@ void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback re
       return;
     }
   }
+}
+
+absl::StatusOr<transport::Response> Shard::Echo(transport::Request request) {
+  HETPS_ASSIGN_OR_RETURN(auto echo, ParseHeader<hetps::v1::EchoRequest>(request.header));
+  transport::Response response = HeaderResponse(hetps::v1::EchoResponse());
+  if (echo.reply_bytes() == 0) return response;
+  if (request.payload.size() >= echo.reply_bytes()) {
+    response.payload = request.payload.Subrange(0, echo.reply_bytes());
+    return response;
+  }
+  if (echo.reply_bytes() > options_.max_message_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("an echo of %d bytes exceeds the %d-byte message limit", echo.reply_bytes(),
+                        options_.max_message_bytes));
+  }
+  std::shared_ptr<const std::vector<uint8_t>> zeros;
+  {
+    absl::MutexLock lock(&zeros_mu_);
+    if (zeros_ == nullptr || zeros_->size() < echo.reply_bytes()) {
+      zeros_ = std::make_shared<const std::vector<uint8_t>>(echo.reply_bytes());
+    }
+    zeros = zeros_;
+  }
+  response.payload =
+      transport::Payload::Shared(transport::ByteSpan(zeros->data(), echo.reply_bytes()), zeros);
+  return response;
 }
 
 hetps::v1::StatsResponse Shard::Stats() const {

@@ -86,6 +86,7 @@ class Shard final : public transport::RequestHandler {
       const transport::Payload& values) const;
   void Barrier(transport::Request request, transport::ReplyCallback reply);
   void SetOptimizer(transport::Request request, transport::ReplyCallback reply);
+  absl::StatusOr<transport::Response> Echo(transport::Request request);
   void Data(transport::Request request, transport::ReplyCallback reply);
 
   absl::Status CheckRank(uint32_t rank) const;
@@ -108,6 +109,9 @@ class Shard final : public transport::RequestHandler {
   std::vector<std::unique_ptr<TaskThread>> owners_;
   std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
   std::atomic<size_t> next_owner_{0};
+  // Zero bytes that echo replies are cut from, grown to the largest size asked for.
+  absl::Mutex zeros_mu_;
+  std::shared_ptr<const std::vector<uint8_t>> zeros_ ABSL_GUARDED_BY(zeros_mu_);
   std::atomic<bool> stopped_{false};
 };
 

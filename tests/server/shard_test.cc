@@ -389,6 +389,30 @@ TEST_P(ShardTest, SixteenBitItemsCarryTwoBytesPerElement) {
   EXPECT_EQ(pulled->payload.size(), elements * 2);
 }
 
+TEST_P(ShardTest, EchoReturnsTheAskedBytesWithoutTouchingTensors) {
+  hetps::v1::EchoRequest echo;
+  echo.set_reply_bytes(8);
+  absl::StatusOr<transport::Response> zeros = Call(hetps::v1::METHOD_ECHO, echo);
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  EXPECT_EQ(zeros->payload.ToString(), std::string(8, '\0'));
+  std::vector<float> sent = {1.5f, -2.0f, 3.25f};
+  echo.set_reply_bytes(12);
+  absl::StatusOr<transport::Response> back =
+      Call(hetps::v1::METHOD_ECHO, echo, Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->payload.ToString(),
+            Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))).ToString());
+  echo.set_reply_bytes(0);  // an acknowledgement only
+  absl::StatusOr<transport::Response> ack =
+      Call(hetps::v1::METHOD_ECHO, echo, Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))));
+  ASSERT_TRUE(ack.ok());
+  EXPECT_TRUE(ack->payload.empty());
+  echo.set_reply_bytes(uint64_t{1} << 40);
+  EXPECT_EQ(Call(hetps::v1::METHOD_ECHO, echo).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  ExpectUnchanged();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ShardTest, ::testing::Values("inproc", "grpc"),
                          [](const auto& info) { return info.param; });
 

@@ -1,0 +1,427 @@
+// ps-bench: what a training step's communication costs with hetps, with the transport's raw
+// floor measured beside it. Figures are defined in bench/PERFORMANCE.md.
+//
+//   ps-bench                                  # embedded cluster on 127.0.0.1, short sweep
+//   ps-bench -b 4K -e 64M -f 4 --op pushpull --json out.json --plot out.svg
+//   ps-bench --servers 10.0.0.1:7000,10.0.0.2:7000 --rank 0 --world_size 4   # a real cluster
+#include <sched.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "bench/json.h"
+#include "bench/report.h"
+#include "bench/runner.h"
+#include "bench/sizes.h"
+#include "common/command_line.h"
+#include "common/status_macros.h"
+#include "server/server.h"
+#include "transport/transport.h"
+#include "worker/client.h"
+
+ABSL_FLAG(std::string, b, "4K", "Smallest message size (bytes; K, M, G allowed)");
+ABSL_FLAG(std::string, e, "16M", "Largest message size");
+ABSL_FLAG(int, f, 4, "Size multiplication factor of the sweep");
+ABSL_FLAG(int, warmup, 5, "Unmeasured operations before each measurement");
+ABSL_FLAG(int, iterations, 0,
+          "Measured operations per worker and size; 0 fits them into --duration_s");
+ABSL_FLAG(double, duration_s, 0.5, "Approximate time per measurement when --iterations is 0");
+ABSL_FLAG(std::string, op, "all", "push, pull, pushpull or all");
+ABSL_FLAG(std::string, transport, "all", "grpc, or all (every transport this build has)");
+ABSL_FLAG(int, workers, 2, "Embedded mode: worker threads (each with its own client)");
+ABSL_FLAG(int, shards, 2, "Embedded mode: shards");
+ABSL_FLAG(std::string, dtype, "fp32", "Wire type of gradients and weights: fp32, bf16, fp16");
+ABSL_FLAG(std::string, optimizer, "sum", "Server-side rule: sum, sgd or adam");
+ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
+ABSL_FLAG(int, inflight, 1, "Outstanding operations per worker");
+ABSL_FLAG(std::string, pin, "", "Run on these CPUs only, e.g. 0-3,8");
+ABSL_FLAG(bool, check, false, "Check every pulled value and count the wrong ones (#wrong)");
+ABSL_FLAG(std::string, servers, "",
+          "Measure this cluster (shard addresses in index order) instead of an embedded one");
+ABSL_FLAG(uint32_t, rank, 0, "With --servers: this worker's rank");
+ABSL_FLAG(uint32_t, world_size, 1,
+          "With --servers: workers in the job (the shards' --num_workers)");
+ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Client partition size (and floor message size)");
+ABSL_FLAG(double, timeout_s, 60, "Deadline of every message");
+ABSL_FLAG(std::string, json, "", "Write every figure to this JSON file");
+ABSL_FLAG(std::string, csv, "", "Write every figure to this CSV file");
+ABSL_FLAG(std::string, plot, "", "Write an SVG plot of latency and throughput against size");
+ABSL_FLAG(int, test_corrupt_replies_every, 0,
+          "Test hook: damage every n-th pulled buffer before checking it (0: never)");
+
+namespace hetps::bench {
+namespace {
+
+// Exit codes: 0 all right, 1 some pulled values were wrong, 2 the run failed.
+constexpr int kWrongValues = 1;
+constexpr int kFailed = 2;
+
+struct Plan {
+  std::vector<std::string> transports;
+  std::vector<std::string> ops;
+  std::vector<uint64_t> sizes;
+  MeasureSettings settings;  // op, bytes and transport filled in per measurement
+  bool embedded = true;
+  int workers = 2;  // in this process
+  int shards = 2;
+  std::vector<std::string> servers;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  absl::Duration timeout;
+};
+
+absl::Status PinTo(const std::string& list) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    std::vector<std::string> bounds = absl::StrSplit(part, '-');
+    int first = 0, last = 0;
+    if (bounds.size() > 2 || !absl::SimpleAtoi(bounds[0], &first) ||
+        !absl::SimpleAtoi(bounds.back(), &last) || first < 0 || last < first ||
+        last >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("bad --pin list '", list, "'"));
+    }
+    for (int cpu = first; cpu <= last; ++cpu) CPU_SET(cpu, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot pin to CPUs ", list));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> MakePlan() {
+  Plan plan;
+  const std::string transport = absl::GetFlag(FLAGS_transport);
+  if (transport == "all" || transport == "grpc") {
+    plan.transports = {"grpc"};
+  } else if (transport == "ucx") {
+    return absl::InvalidArgumentError("this build has no UCX transport (only grpc)");
+  } else {
+    return absl::InvalidArgumentError("--transport is grpc, ucx or all");
+  }
+  const std::string op = absl::GetFlag(FLAGS_op);
+  if (op == "all") {
+    plan.ops = {"push", "pull", "pushpull"};
+  } else if (op == "push" || op == "pull" || op == "pushpull") {
+    plan.ops = {op};
+  } else {
+    return absl::InvalidArgumentError("--op is push, pull, pushpull or all");
+  }
+  HETPS_ASSIGN_OR_RETURN(const uint64_t begin, ParseSize(absl::GetFlag(FLAGS_b)));
+  HETPS_ASSIGN_OR_RETURN(const uint64_t end, ParseSize(absl::GetFlag(FLAGS_e)));
+  const int factor = absl::GetFlag(FLAGS_f);
+  if (begin > end || factor < 2) {
+    return absl::InvalidArgumentError("sizes need -b <= -e and -f >= 2");
+  }
+  plan.sizes = SweepSizes(begin, end, static_cast<uint64_t>(factor));
+
+  MeasureSettings& s = plan.settings;
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype == "fp32") {
+    s.dtype = DType::kFp32;
+  } else if (dtype == "bf16") {
+    s.dtype = DType::kBf16;
+  } else if (dtype == "fp16") {
+    s.dtype = DType::kFp16;
+  } else {
+    return absl::InvalidArgumentError("--dtype is fp32, bf16 or fp16");
+  }
+  for (uint64_t size : plan.sizes) HETPS_RETURN_IF_ERROR(ElementsOf(size, s.dtype).status());
+  s.optimizer = absl::GetFlag(FLAGS_optimizer);
+  if (s.optimizer != "sum" && s.optimizer != "sgd" && s.optimizer != "adam") {
+    return absl::InvalidArgumentError("--optimizer is sum, sgd or adam");
+  }
+  const std::string sync = absl::GetFlag(FLAGS_sync);
+  if (sync != "bsp" && sync != "asp") return absl::InvalidArgumentError("--sync is bsp or asp");
+  s.sync = sync == "asp" ? SyncMode::kAsp : SyncMode::kBsp;
+  s.warmup = std::max(0, absl::GetFlag(FLAGS_warmup));
+  s.iterations = std::max(0, absl::GetFlag(FLAGS_iterations));
+  s.duration = absl::Seconds(absl::GetFlag(FLAGS_duration_s));
+  s.inflight = absl::GetFlag(FLAGS_inflight);
+  if (s.inflight < 1 || (s.sync == SyncMode::kBsp && s.inflight > 4)) {
+    return absl::InvalidArgumentError(
+        "--inflight must be at least 1, and at most 4 in BSP (a shard holds 4 pending steps)");
+  }
+  s.check = absl::GetFlag(FLAGS_check);
+  const bool pushpull = std::find(plan.ops.begin(), plan.ops.end(), "pushpull") != plan.ops.end();
+  if (s.check && pushpull && (s.optimizer != "sum" || s.sync != SyncMode::kBsp)) {
+    return absl::InvalidArgumentError(
+        "--check knows what a push-pull returns only with --optimizer sum --sync bsp "
+        "(the step's sum); pulls are checked with any settings");
+  }
+  s.corrupt_every = std::max(0, absl::GetFlag(FLAGS_test_corrupt_replies_every));
+  s.chunk_bytes = absl::GetFlag(FLAGS_partition_bytes);
+  plan.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+
+  const std::string servers = absl::GetFlag(FLAGS_servers);
+  plan.embedded = servers.empty();
+  if (plan.embedded) {
+    plan.workers = absl::GetFlag(FLAGS_workers);
+    plan.shards = absl::GetFlag(FLAGS_shards);
+    if (plan.workers < 1 || plan.shards < 1) {
+      return absl::InvalidArgumentError("--workers and --shards must be at least 1");
+    }
+    plan.world_size = static_cast<uint32_t>(plan.workers);
+  } else {
+    plan.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
+    plan.shards = static_cast<int>(plan.servers.size());
+    plan.workers = 1;
+    plan.rank = absl::GetFlag(FLAGS_rank);
+    plan.world_size = absl::GetFlag(FLAGS_world_size);
+  }
+  return plan;
+}
+
+JsonValue ConfigJson(const Plan& plan) {
+  JsonValue config = JsonValue::Object();
+  JsonValue sizes = JsonValue::Array();
+  for (uint64_t size : plan.sizes) sizes.Append(size);
+  config.Set("mode", plan.embedded ? "embedded" : "cluster")
+      .Set("transports", absl::StrJoin(plan.transports, ","))
+      .Set("ops", absl::StrJoin(plan.ops, ","))
+      .Set("sizes", std::move(sizes))
+      .Set("workers", static_cast<int>(plan.world_size))
+      .Set("local_workers", plan.workers)
+      .Set("shards", plan.shards)
+      .Set("rank", static_cast<int>(plan.rank))
+      .Set("dtype", absl::GetFlag(FLAGS_dtype))
+      .Set("optimizer", plan.settings.optimizer)
+      .Set("sync", absl::GetFlag(FLAGS_sync))
+      .Set("inflight", plan.settings.inflight)
+      .Set("warmup", plan.settings.warmup)
+      .Set("iterations", plan.settings.iterations)
+      .Set("duration_s", absl::ToDoubleSeconds(plan.settings.duration))
+      .Set("check", plan.settings.check)
+      .Set("partition_bytes", plan.settings.chunk_bytes)
+      .Set("pin", absl::GetFlag(FLAGS_pin));
+  if (!plan.embedded) config.Set("servers", absl::StrJoin(plan.servers, ","));
+  return config;
+}
+
+// The workers of this process: a client, a runner and a floor each.
+struct LocalWorker {
+  std::unique_ptr<Client> client;
+  std::unique_ptr<HetpsRunner> runner;
+  std::unique_ptr<FloorRunner> floor;
+};
+
+// Runs `measure` on every local worker at once; the first error wins.
+template <typename Measure>
+absl::StatusOr<std::vector<WorkerMeasurement>> OnEveryWorker(std::vector<LocalWorker>& workers,
+                                                             Measure measure) {
+  std::vector<absl::StatusOr<WorkerMeasurement>> results(workers.size(),
+                                                         absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    threads.emplace_back([&, w] { results[w] = measure(workers[w]); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  std::vector<WorkerMeasurement> measurements;
+  for (auto& result : results) {
+    if (!result.ok()) return result.status();
+    measurements.push_back(*std::move(result));
+  }
+  return measurements;
+}
+
+// Merges the workers' measurements: their samples together, their bytes and operations summed
+// over the longest worker's time.
+struct Merged {
+  LatencySamples latency;
+  double gbps = 0, ops_per_s = 0;
+  uint64_t wrong = 0;
+};
+Merged Merge(std::vector<WorkerMeasurement>& measurements) {
+  Merged merged;
+  uint64_t bytes = 0, operations = 0;
+  absl::Duration wall;
+  for (WorkerMeasurement& m : measurements) {
+    merged.latency.Merge(m.latency);
+    bytes += m.payload_bytes;
+    operations += m.operations;
+    merged.wrong += m.wrong;
+    wall = std::max(wall, m.wall);
+  }
+  const double seconds = std::max(1e-9, absl::ToDoubleSeconds(wall));
+  merged.gbps = static_cast<double>(bytes) / seconds / 1e9;
+  merged.ops_per_s = static_cast<double>(operations) / seconds;
+  return merged;
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path);
+  out << contents;
+  if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
+                                                      const std::string& transport_name,
+                                                      const std::vector<std::string>& servers,
+                                                      size_t* done, size_t total) {
+  transport::TransportOptions transport_options;
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<transport::Transport> transport,
+                         transport::CreateTransport(transport_name, transport_options));
+  std::vector<LocalWorker> workers(plan.workers);
+  for (int w = 0; w < plan.workers; ++w) {
+    ClientOptions options;
+    options.servers = servers;
+    options.rank = plan.embedded ? static_cast<uint32_t>(w) : plan.rank;
+    options.world_size = plan.world_size;
+    options.transport_instance = transport;
+    options.call_timeout = plan.timeout;
+    options.connect_timeout = plan.timeout;
+    options.partition_bytes = plan.settings.chunk_bytes;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+    if (!client.ok()) {
+      return absl::Status(client.status().code(),
+                          absl::StrCat("cannot reach the cluster: ", client.status().message()));
+    }
+    workers[w].client = *std::move(client);
+    workers[w].runner =
+        std::make_unique<HetpsRunner>(workers[w].client.get(), options.rank, plan.world_size);
+    HETPS_ASSIGN_OR_RETURN(workers[w].floor,
+                           FloorRunner::Connect(transport, servers, plan.timeout));
+  }
+
+  std::vector<BenchResult> results;
+  for (const std::string& op : plan.ops) {
+    for (uint64_t bytes : plan.sizes) {
+      MeasureSettings settings = plan.settings;
+      settings.transport = transport_name;
+      settings.op = op;
+      settings.bytes = bytes;
+      std::fprintf(stderr, "\r[%zu/%zu] %s %s %s ...          ", ++*done, total,
+                   transport_name.c_str(), op.c_str(), FormatSize(bytes).c_str());
+      std::fflush(stderr);
+      HETPS_ASSIGN_OR_RETURN(std::vector<WorkerMeasurement> hetps,
+                             OnEveryWorker(workers, [&](LocalWorker& worker) {
+                               return worker.runner->Measure(settings);
+                             }));
+      HETPS_ASSIGN_OR_RETURN(std::vector<WorkerMeasurement> floor,
+                             OnEveryWorker(workers, [&](LocalWorker& worker) {
+                               return worker.floor->Measure(settings, worker.runner->iterations());
+                             }));
+      Merged ps = Merge(hetps);
+      Merged raw = Merge(floor);
+      BenchResult r;
+      r.transport = transport_name;
+      r.op = op;
+      r.bytes = bytes;
+      r.workers = static_cast<int>(plan.world_size);
+      r.shards = plan.shards;
+      r.dtype = absl::GetFlag(FLAGS_dtype);
+      r.samples = ps.latency.count();
+      r.p50_us = ps.latency.Percentile(50) / 1e3;
+      r.p90_us = ps.latency.Percentile(90) / 1e3;
+      r.p99_us = ps.latency.Percentile(99) / 1e3;
+      r.p999_us = ps.latency.Percentile(99.9) / 1e3;
+      r.max_us = ps.latency.Max() / 1e3;
+      r.gbps = ps.gbps;
+      r.ops_per_s = ps.ops_per_s;
+      r.wrong = ps.wrong;
+      r.floor_p50_us = raw.latency.Percentile(50) / 1e3;
+      r.floor_gbps = raw.gbps;
+      results.push_back(r);
+    }
+  }
+  for (LocalWorker& worker : workers) worker.client->Shutdown();
+  return results;
+}
+
+int Run() {
+  absl::StatusOr<Plan> plan = MakePlan();
+  if (!plan.ok()) {
+    std::fprintf(stderr, "ps-bench: %s\n", std::string(plan.status().message()).c_str());
+    return kFailed;
+  }
+  if (const std::string pin = absl::GetFlag(FLAGS_pin); !pin.empty()) {
+    if (absl::Status pinned = PinTo(pin); !pinned.ok()) {
+      std::fprintf(stderr, "ps-bench: %s\n", std::string(pinned.message()).c_str());
+      return kFailed;
+    }
+  }
+  // Embedded mode: the shards run in this process, on 127.0.0.1.
+  std::vector<std::unique_ptr<server::ShardServer>> shards;
+  std::vector<std::string> servers = plan->servers;
+  if (plan->embedded) {
+    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (int i = 0; i < plan->shards; ++i) {
+      server::ServerOptions options;
+      options.shard_index = static_cast<uint32_t>(i);
+      options.num_shards = static_cast<uint32_t>(plan->shards);
+      options.num_workers = plan->world_size;
+      options.listen_address = "127.0.0.1:0";
+      options.threads = std::max(1, cpus / plan->shards);
+      absl::StatusOr<std::unique_ptr<server::ShardServer>> shard =
+          server::ShardServer::Start(options);
+      if (!shard.ok()) {
+        std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
+                     shard.status().ToString().c_str());
+        return kFailed;
+      }
+      servers.push_back((*shard)->address());
+      shards.push_back(*std::move(shard));
+    }
+    std::fprintf(stderr, "ps-bench: embedded cluster of %d shards (%s), %d workers\n", plan->shards,
+                 absl::StrJoin(servers, ",").c_str(), plan->workers);
+  }
+
+  std::vector<BenchResult> results;
+  size_t done = 0;
+  const size_t total = plan->transports.size() * plan->ops.size() * plan->sizes.size();
+  for (const std::string& transport : plan->transports) {
+    absl::StatusOr<std::vector<BenchResult>> measured =
+        RunTransport(*plan, transport, servers, &done, total);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
+      return kFailed;
+    }
+    results.insert(results.end(), measured->begin(), measured->end());
+  }
+  std::fprintf(stderr, "\r%60s\r", "");
+  std::printf("%s", ResultsTable(results).c_str());
+
+  const JsonValue config = ConfigJson(*plan);
+  for (const auto& [path, contents] :
+       {std::pair{absl::GetFlag(FLAGS_json), ResultsJson(config, results)},
+        std::pair{absl::GetFlag(FLAGS_csv), ResultsCsv(results)},
+        std::pair{absl::GetFlag(FLAGS_plot), ResultsSvg(results)}}) {
+    if (path.empty()) continue;
+    if (absl::Status written = WriteFile(path, contents); !written.ok()) {
+      std::fprintf(stderr, "ps-bench: %s\n", std::string(written.message()).c_str());
+      return kFailed;
+    }
+  }
+  uint64_t wrong = 0;
+  for (const BenchResult& r : results) wrong += r.wrong;
+  if (wrong > 0) {
+    std::fprintf(stderr, "ps-bench: %llu pulled values were wrong\n",
+                 static_cast<unsigned long long>(wrong));
+    return kWrongValues;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace hetps::bench
+
+int main(int argc, char** argv) {
+  hetps::ParseCommandLine(argc, argv, __FILE__,
+                          "Measures push/pull latency and throughput of a hetps cluster, with "
+                          "the transport's raw floor beside them.\n"
+                          "  ps-bench                      # embedded cluster on 127.0.0.1\n"
+                          "  ps-bench --servers a:7000,b:7000 --rank 0 --world_size 4");
+  return hetps::bench::Run();
+}

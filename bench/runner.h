@@ -1,0 +1,97 @@
+// What one ps-bench worker measures: a parameter-server operation (push, pull or push-pull of
+// one tensor of a given size) through the hetps client, and the floor: the same payload's raw
+// round trip over the same transport to the same shards, with no parameter-server logic (the
+// shards' echo method).
+//
+// Every worker of a run calls the same measurements in the same order (they meet at barriers),
+// so in BSP each step has all its pushes.
+#ifndef HETPS_BENCH_RUNNER_H_
+#define HETPS_BENCH_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bench/latency.h"
+#include "transport/transport.h"
+#include "worker/client.h"
+
+namespace hetps::bench {
+
+struct MeasureSettings {
+  std::string transport = "grpc";
+  std::string op = "pushpull";  // push | pull | pushpull
+  uint64_t bytes = 4096;        // payload of one operation, in `dtype`
+  DType dtype = DType::kFp32;
+  std::string optimizer = "sum";  // sum | sgd | adam
+  SyncMode sync = SyncMode::kBsp;
+  int warmup = 5;
+  // Measured operations per worker; 0: as many as fit in `duration` (decided by rank 0 from
+  // the warm-up and shared with the others).
+  int iterations = 0;
+  absl::Duration duration = absl::Milliseconds(500);
+  int inflight = 1;  // outstanding operations per worker
+  bool check = false;
+  // Test hook: every n-th pulled buffer gets its first value changed before it is checked, as
+  // a corrupted reply would (0: never).
+  int corrupt_every = 0;
+  // Bytes per message to one shard (the client's partition size).
+  uint64_t chunk_bytes = 4 << 20;
+};
+
+// One worker's part of a measurement.
+struct WorkerMeasurement {
+  LatencySamples latency;
+  uint64_t operations = 0;
+  uint64_t payload_bytes = 0;  // a push-pull counts its bytes twice
+  absl::Duration wall;
+  uint64_t wrong = 0;
+};
+
+// Elements of `bytes` bytes of `dtype`: InvalidArgument unless it is a whole positive number.
+absl::StatusOr<uint64_t> ElementsOf(uint64_t bytes, DType dtype);
+
+// REQUIRES: `client` belongs to worker `rank` of `world_size`.
+class HetpsRunner {
+ public:
+  HetpsRunner(Client* client, uint32_t rank, uint32_t world_size);
+  absl::StatusOr<WorkerMeasurement> Measure(const MeasureSettings& settings);
+  // How many operations the last Measure ran (the floor runs as many).
+  int iterations() const { return iterations_; }
+
+ private:
+  // All workers agree on rank 0's count of measured operations.
+  absl::StatusOr<int> AgreeIterations(int proposal);
+
+  Client* const client_;
+  const uint32_t rank_;
+  const uint32_t world_size_;
+  TensorId control_ = 0;
+  uint64_t agreements_ = 0;
+  uint64_t measurements_ = 0;
+  int iterations_ = 0;
+};
+
+// The floor: echo calls straight over the transport to every shard.
+class FloorRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<FloorRunner>> Connect(
+      std::shared_ptr<transport::Transport> transport, const std::vector<std::string>& servers,
+      absl::Duration call_timeout);
+  // Runs `iterations` operations (as measured by HetpsRunner) after `settings.warmup` ones.
+  absl::StatusOr<WorkerMeasurement> Measure(const MeasureSettings& settings, int iterations);
+
+ private:
+  FloorRunner() = default;
+
+  std::shared_ptr<transport::Transport> transport_;
+  std::vector<std::unique_ptr<transport::Connection>> connections_;
+  absl::Duration call_timeout_;
+};
+
+}  // namespace hetps::bench
+
+#endif  // HETPS_BENCH_RUNNER_H_

@@ -1,0 +1,136 @@
+// ps-bench as a user runs it: embedded mode with a tiny sweep and --check, its JSON read back;
+// a damaged reply counted in #wrong (through the test hook); two benchmark processes measuring
+// one real cluster together; and an unreachable cluster.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/json.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
+
+namespace hetps::bench {
+namespace {
+
+using testing::BinaryPath;
+using testing::ReadFile;
+using testing::Subprocess;
+
+std::vector<std::string> TinySweep(const std::string& json) {
+  return {BinaryPath("bench/ps-bench"),
+          "-b",
+          "4K",
+          "-e",
+          "64K",
+          "-f",
+          "16",
+          "--iterations=20",
+          "--warmup=2",
+          "--check",
+          "--json=" + json};
+}
+
+// Checks the JSON's shape and returns its total #wrong.
+double ValidateJson(const std::string& text, size_t expected_results) {
+  absl::StatusOr<JsonValue> json = ParseJson(text);
+  EXPECT_TRUE(json.ok()) << json.status() << "\n" << text;
+  if (!json.ok()) return -1;
+  EXPECT_NE(json->Find("config"), nullptr);
+  const JsonValue* results = json->Find("results");
+  EXPECT_NE(results, nullptr);
+  if (results == nullptr) return -1;
+  EXPECT_EQ(results->items().size(), expected_results);
+  double wrong = 0;
+  for (const JsonValue& r : results->items()) {
+    auto number = [&](const char* key) {
+      const JsonValue* v = r.Find(key);
+      EXPECT_NE(v, nullptr) << key;
+      return v == nullptr ? -1.0 : v->as_number();
+    };
+    EXPECT_LE(number("p50_us"), number("p90_us"));
+    EXPECT_LE(number("p90_us"), number("p99_us"));
+    EXPECT_LE(number("p99_us"), number("p999_us"));
+    EXPECT_LE(number("p999_us"), number("max_us"));
+    EXPECT_GT(number("p50_us"), 0);
+    EXPECT_GT(number("gbps"), 0);
+    EXPECT_GT(number("ops_per_s"), 0);
+    EXPECT_GT(number("floor_p50_us"), 0);
+    EXPECT_GT(number("floor_gbps"), 0);
+    EXPECT_EQ(number("workers"), 2);
+    EXPECT_EQ(number("samples"), 2 * 20);  // two workers, 20 operations each
+    wrong += number("wrong");
+  }
+  return wrong;
+}
+
+TEST(PsBenchTest, EmbeddedSweepChecksEveryValueAndWritesJson) {
+  testing::ScopedTempDir dir;
+  const std::string json = dir.path() + "/out.json";
+  std::vector<std::string> args = TinySweep(json);
+  args.push_back("--csv=" + dir.path() + "/out.csv");
+  args.push_back("--plot=" + dir.path() + "/out.svg");
+  Subprocess bench(args, dir.path() + "/log");
+  ASSERT_EQ(bench.Wait(absl::Seconds(120)), 0) << ReadFile(dir.path() + "/log");
+  EXPECT_EQ(ValidateJson(ReadFile(json), 3 * 2), 0);  // push, pull, pushpull x 4K, 64K
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("pushpull"), std::string::npos);
+  EXPECT_NE(ReadFile(dir.path() + "/out.csv").find("floor_gbps"), std::string::npos);
+  EXPECT_NE(ReadFile(dir.path() + "/out.svg").find("</svg>"), std::string::npos);
+}
+
+TEST(PsBenchTest, DamagedRepliesAreCountedAsWrongAndFailTheRun) {
+  testing::ScopedTempDir dir;
+  const std::string json = dir.path() + "/out.json";
+  std::vector<std::string> args = TinySweep(json);
+  args.push_back("--dtype=bf16");
+  args.push_back("--test_corrupt_replies_every=7");
+  Subprocess bench(args, dir.path() + "/log");
+  EXPECT_EQ(bench.Wait(absl::Seconds(120)), 1) << ReadFile(dir.path() + "/log");
+  EXPECT_GT(ValidateJson(ReadFile(json), 3 * 2), 0);
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("were wrong"), std::string::npos);
+}
+
+TEST(PsBenchTest, TwoBenchmarkProcessesMeasureOneCluster) {
+  testing::LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    workers.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{BinaryPath("bench/ps-bench"),
+                                 "--servers=" + cluster.servers_flag(),
+                                 absl::StrCat("--rank=", rank), "--world_size=2", "--op=pushpull",
+                                 "-b", "64K", "-e", "64K", "--iterations=20", "--check",
+                                 absl::StrCat("--json=", cluster.dir(), "/rank", rank, ".json")},
+        absl::StrCat(cluster.dir(), "/rank", rank, ".log")));
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(workers[rank]->Wait(absl::Seconds(120)), 0)
+        << ReadFile(absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
+    absl::StatusOr<JsonValue> json =
+        ParseJson(ReadFile(absl::StrCat(cluster.dir(), "/rank", rank, ".json")));
+    ASSERT_TRUE(json.ok());
+    const JsonValue& result = json->Find("results")->items()[0];
+    EXPECT_EQ(result.Find("wrong")->as_number(), 0);
+    EXPECT_EQ(result.Find("samples")->as_number(), 20);  // this process's worker only
+  }
+}
+
+TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
+  testing::ScopedTempDir dir;
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=127.0.0.1:1", "--timeout_s=2"},
+                   dir.path() + "/log");
+  EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2);
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("cannot reach the cluster"), std::string::npos)
+      << ReadFile(dir.path() + "/log");
+}
+
+TEST(PsBenchTest, RefusesChecksItCannotMake) {
+  testing::ScopedTempDir dir;
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--optimizer=adam"},
+                   dir.path() + "/log");
+  EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2);
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("--check"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetps::bench
