@@ -124,12 +124,27 @@ TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
       << ReadFile(dir.path() + "/log");
 }
 
-TEST(PsBenchTest, RefusesChecksItCannotMake) {
+TEST(PsBenchTest, RefusesWhatItCannotDo) {
+  for (const auto& [flag, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--optimizer=adam", "--check"},  // with --check below
+           {"--pin=3-1", "--pin"},
+           {"--transport=ucx", "UCX"},
+           {"-b=3", "whole number"},  // fp32 elements are 4 bytes
+           {"--inflight=9", "--inflight"}}) {
+    testing::ScopedTempDir dir;
+    Subprocess bench({BinaryPath("bench/ps-bench"), "--check", flag}, dir.path() + "/log");
+    EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2) << flag;
+    EXPECT_NE(ReadFile(dir.path() + "/log").find(words), std::string::npos)
+        << flag << ": " << ReadFile(dir.path() + "/log");
+  }
+}
+
+TEST(PsBenchTest, RunsPinnedToOneCpu) {
   testing::ScopedTempDir dir;
-  Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--optimizer=adam"},
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--pin=0", "--op=pull", "-b", "4K", "-e", "4K",
+                    "--iterations=5", "--check"},
                    dir.path() + "/log");
-  EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2);
-  EXPECT_NE(ReadFile(dir.path() + "/log").find("--check"), std::string::npos);
+  EXPECT_EQ(bench.Wait(absl::Seconds(60)), 0) << ReadFile(dir.path() + "/log");
 }
 
 }  // namespace
