@@ -35,6 +35,17 @@ ABSL_FLAG(uint64_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(uint32_t, max_pending_steps, 4,
           "BSP: how many steps ahead of a partition's version a push may be");
 ABSL_FLAG(double, max_wait_s, 600, "Longest a pull or barrier waits, in seconds");
+#ifdef HETPS_HAVE_UCX
+ABSL_FLAG(std::string, transport, "ucx",
+          "ucx (UCX and gRPC on the same port: workers may use either) or grpc");
+#else
+ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
+#endif
+ABSL_FLAG(std::string, ucx_net_devices, "auto",
+          "UCX network devices, e.g. mlx5_0:1 or eth0; auto: lo when --host is a loopback "
+          "address, UCX's choice otherwise");
+ABSL_FLAG(bool, ucx_busy_poll, false,
+          "UCX: spin instead of sleeping when idle (lower latency, one busy CPU)");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -88,6 +99,9 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_pending_steps = absl::GetFlag(FLAGS_max_pending_steps);
   options.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_s));
+  options.transport = absl::GetFlag(FLAGS_transport);
+  options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);
@@ -96,9 +110,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string address = (*server)->address();
-  hetps::LogInfo("ps-server shard %d of %d for %d workers of job '%s' listening on %s (grpc), %s",
+  hetps::LogInfo("ps-server shard %d of %d for %d workers of job '%s' listening on %s (%s), %s",
                  options.shard_index, options.num_shards, options.num_workers, options.job_id,
-                 address, AllocatorName());
+                 address, options.transport == "ucx" ? "ucx and grpc" : "grpc", AllocatorName());
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     const int port = std::stoi(address.substr(address.rfind(':') + 1));

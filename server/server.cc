@@ -40,6 +40,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   } else {
     transport::TransportOptions transport_options;
     transport_options.max_message_bytes = options.max_message_bytes;
+    transport_options.ucx_net_devices = options.ucx_net_devices;
+    transport_options.ucx_busy_poll = options.ucx_busy_poll;
     HETPS_ASSIGN_OR_RETURN(server->transport_,
                            transport::CreateTransport(options.transport, transport_options));
   }

@@ -46,9 +46,14 @@ struct ServerOptions {
 
   // "host:port"; port 0 picks a free port (see ShardServer::address()).
   std::string listen_address = "127.0.0.1:0";
-  // Transport by name ("grpc"), unless transport_instance is set (tests: in-process).
+  // Transport by name, unless transport_instance is set (tests: in-process). "ucx" listens
+  // on UCX and on gRPC at once, so gRPC workers are served too; "grpc" on gRPC only.
   std::string transport = "grpc";
   std::shared_ptr<transport::Transport> transport_instance;
+  // UCX: network devices ("auto": lo when listening on a loopback address, UCX's choice
+  // otherwise) and busy polling instead of sleeping when idle.
+  std::string ucx_net_devices = "auto";
+  bool ucx_busy_poll = false;
   // Largest message accepted or sent; clients learn it when they connect.
   size_t max_message_bytes = 64 << 20;
 

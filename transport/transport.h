@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,11 @@ struct Request {
   Payload payload;
   // Client side: when the caller stops waiting. Server side: the same moment, as received.
   absl::Time deadline = absl::InfiniteFuture();
+  // Client side, optional: where the response's payload should end up, in order. A transport
+  // that can (UCX) receives a payload of exactly this size straight into these spans and the
+  // response's payload then refers to them; others ignore it. The memory must stay valid until
+  // the call completes.
+  std::vector<absl::Span<uint8_t>> response_sink;
 };
 
 struct Response {
@@ -88,6 +94,11 @@ struct TransportOptions {
   // Largest frame (header + payload) sent or received; larger ones are refused with
   // ResourceExhausted. Both ends of a connection must agree on it.
   size_t max_message_bytes = 64 << 20;
+  // UCX only (see transport/ucx/ucx_transport.h): network devices ("auto": lo for loopback
+  // peers), transports (UCX_TLS, empty: UCX's choice) and busy polling.
+  std::string ucx_net_devices = "auto";
+  std::string ucx_tls;
+  bool ucx_busy_poll = false;
 };
 
 class Transport {
@@ -106,10 +117,14 @@ class Transport {
                                                               absl::Time deadline) = 0;
 };
 
-// Creates a transport by name: "grpc". (The in-process transport is made directly with
-// NewInProcTransport(), since both ends must share one instance.)
+// Creates a transport by name: "grpc", or "ucx" when built with UCX (a UCX listener serves
+// gRPC clients too). The in-process transport is made directly with NewInProcTransport(),
+// since both ends must share one instance.
 absl::StatusOr<std::shared_ptr<Transport>> CreateTransport(absl::string_view name,
                                                            const TransportOptions& options);
+
+// The names CreateTransport knows, e.g. "grpc, ucx".
+std::string AvailableTransports();
 
 }  // namespace hetps::transport
 

@@ -160,6 +160,15 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
     return absl::InternalError(absl::StrFormat("pull response carries %d bytes, %d expected",
                                                result->payload.size(), offset));
   }
+  // A transport that received straight into the destinations (the request's response sink)
+  // leaves nothing to copy.
+  const auto& segments = result->payload.segments();
+  bool in_place = segments.size() == pieces.size();
+  for (size_t i = 0; in_place && i < pieces.size(); ++i) {
+    in_place = segments[i].data() == static_cast<const uint8_t*>(pieces[i].weights) &&
+               pieces[i].weights_format == pieces[i].pull_format;
+  }
+  if (in_place) return absl::OkStatus();
   offset = 0;
   for (const Piece& piece : pieces) {
     result->payload.ConvertTo(offset, piece.pull_format, piece.weights, piece.weights_format,
@@ -472,12 +481,23 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       header = request.SerializeAsString();
     }
     const bool pull = method != hetps::v1::METHOD_PUSH;
+    // Pulled bytes already in the caller's format may land straight in the caller's memory.
+    std::vector<absl::Span<uint8_t>> sink;
+    for (const Piece& piece : message.pieces) {
+      if (!pull || piece.weights_format != piece.pull_format) {
+        sink.clear();
+        break;
+      }
+      sink.emplace_back(static_cast<uint8_t*>(piece.weights),
+                        piece.elements * BytesPerElement(piece.pull_format));
+    }
     (*channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
         [operation, pull,
          pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
           operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
-        });
+        },
+        std::move(sink));
   }
   return Operation(operation);
 }
@@ -552,6 +572,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   if (transport == nullptr) {
     transport::TransportOptions transport_options;
     transport_options.max_message_bytes = options.max_message_bytes;
+    transport_options.ucx_net_devices = options.ucx_net_devices;
     HETPS_ASSIGN_OR_RETURN(transport,
                            transport::CreateTransport(options.transport, transport_options));
   }

@@ -42,9 +42,12 @@ struct ClientOptions {
   uint32_t world_size = 1;
   // Must equal the shards' --job_id.
   std::string job_id = "hetps";
-  // "grpc". Ignored when transport_instance is set (tests use the in-process transport).
+  // "grpc", or "ucx" (shards started with --transport=ucx, the default where hetps is built
+  // with UCX). Ignored when transport_instance is set (tests use the in-process transport).
   std::string transport = "grpc";
   std::shared_ptr<transport::Transport> transport_instance;
+  // UCX: network devices ("auto": lo for shards on loopback addresses, UCX's choice otherwise).
+  std::string ucx_net_devices = "auto";
 
   // Every message to a shard must be answered within this time, or its operation fails with
   // DeadlineExceeded. A shard that cannot be reached is retried until then. In BSP a pull waits

@@ -13,6 +13,7 @@
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
 #include "tests/testing/test_cluster.h"
+#include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
 
 namespace hetps::server {
@@ -33,7 +34,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     transport_ = cluster_->inproc();
-    if (transport_ == nullptr) transport_ = transport::NewGrpcTransport({});
+    if (transport_ == nullptr) transport_ = testing::NewTestTransport(GetParam());
     auto connection =
         transport_->Connect(cluster_->addresses()[0], absl::Now() + absl::Seconds(10));
     ASSERT_TRUE(connection.ok()) << connection.status();
@@ -413,8 +414,9 @@ TEST_P(ShardTest, EchoReturnsTheAskedBytesWithoutTouchingTensors) {
   ExpectUnchanged();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ShardTest, ::testing::Values("inproc", "grpc"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, ShardTest,
+                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),
+                         [](const auto& info) { return testing::TestName(info.param); });
 
 }  // namespace
 }  // namespace hetps::server

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "tests/testing/transports.h"
 
 namespace hetps::testing {
 
@@ -11,6 +12,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const std::strin
   auto cluster = std::make_unique<TestCluster>();
   cluster->num_workers_ = num_workers;
   if (transport == "inproc") cluster->inproc_ = transport::NewInProcTransport();
+  const bool ucx = transport.rfind("ucx", 0) == 0;
+  if (ucx) cluster->client_transport_ = NewTestTransport(transport);
   for (int i = 0; i < num_shards; ++i) {
     server::ServerOptions options = base;
     options.shard_index = static_cast<uint32_t>(i);
@@ -22,6 +25,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const std::strin
       options.listen_address = absl::StrCat("shard", i, ":0");
     } else {
       options.transport = transport;
+      if (ucx) options.transport_instance = NewTestTransport(transport);
       options.listen_address = "127.0.0.1:0";
     }
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> server,
@@ -39,6 +43,7 @@ ClientOptions TestCluster::ClientOptionsFor(uint32_t rank) const {
   options.world_size = static_cast<uint32_t>(num_workers_);
   options.transport = inproc_ != nullptr ? "inproc" : "grpc";
   options.transport_instance = inproc_;
+  if (client_transport_ != nullptr) options.transport_instance = client_transport_;
   options.call_timeout = absl::Seconds(20);
   options.connect_timeout = absl::Seconds(10);
   options.partition_bytes = 1024;  // small, so small tests still cut tensors into partitions

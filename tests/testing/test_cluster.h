@@ -1,6 +1,6 @@
 // TestCluster: shard servers started inside the test process, over a chosen transport
-// ("inproc" or "grpc" on 127.0.0.1), and client options that point at them. For tests that
-// exercise the client and the shards without separate processes.
+// ("inproc", or one of testing::TransportsUnderTest() on 127.0.0.1), and client options that
+// point at them. For tests that exercise the client and the shards without separate processes.
 #ifndef HETPS_TESTS_TESTING_TEST_CLUSTER_H_
 #define HETPS_TESTS_TESTING_TEST_CLUSTER_H_
 
@@ -32,6 +32,7 @@ class TestCluster {
 
  private:
   std::shared_ptr<transport::InProcTransport> inproc_;
+  std::shared_ptr<transport::Transport> client_transport_;  // UCX: shared by the clients
   int num_workers_ = 0;
   std::vector<std::unique_ptr<server::ShardServer>> servers_;
   std::vector<std::string> addresses_;

@@ -46,10 +46,8 @@ class InProcNetwork;
 
 class InProcConnection final : public Connection {
  public:
-  InProcConnection(std::string address, std::shared_ptr<Endpoint> endpoint, InProcNetwork* network,
-                   TimerQueue* timers)
+  InProcConnection(std::string address, InProcNetwork* network, TimerQueue* timers)
       : address_(std::move(address)),
-        endpoint_(std::move(endpoint)),
         network_(network),
         tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
   ~InProcConnection() override { Shutdown(); }
@@ -60,7 +58,6 @@ class InProcConnection final : public Connection {
 
  private:
   const std::string address_;
-  const std::shared_ptr<Endpoint> endpoint_;
   InProcNetwork* const network_;
   const std::shared_ptr<internal::CallTracker> tracker_;
   std::atomic<bool> shut_down_{false};
@@ -109,7 +106,7 @@ class InProcNetwork final : public InProcTransport {
     if (it == endpoints_.end()) {
       return absl::UnavailableError(absl::StrCat("nothing listens on ", address));
     }
-    return std::make_unique<InProcConnection>(address, it->second, this, &timers_);
+    return std::make_unique<InProcConnection>(address, this, &timers_);
   }
 
   void SetFaults(const InProcFaults& faults) override {
@@ -120,6 +117,13 @@ class InProcNetwork final : public InProcTransport {
   void RemoveEndpoint(const std::string& address) {
     absl::MutexLock lock(&mu_);
     endpoints_.erase(address);
+  }
+
+  // Whoever listens on `address` now (a restarted listener too), or null.
+  std::shared_ptr<Endpoint> Find(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    auto it = endpoints_.find(address);
+    return it == endpoints_.end() ? nullptr : it->second;
   }
 
   // How many times the next request is delivered: 0 (dropped), 1, or 2 (duplicated).
@@ -155,18 +159,18 @@ void InProcConnection::Call(Request request, ResponseCallback done) {
     return;
   }
   const uint64_t id = tracker_->Start(request.deadline, std::move(done));
-  if (!endpoint_->open.load()) {
-    tracker_->Finish(id, absl::UnavailableError(absl::StrCat(address_, " stopped listening")));
+  std::shared_ptr<Endpoint> endpoint = network_->Find(address_);
+  if (endpoint == nullptr || !endpoint->open.load()) {
+    tracker_->Finish(id, absl::UnavailableError(absl::StrCat("nothing listens on ", address_)));
     return;
   }
   request.payload = CopyPayload(request.payload);
   const int deliveries = network_->NextDeliveryCount();
   for (int i = 0; i < deliveries; ++i) {
     std::weak_ptr<internal::CallTracker> weak_tracker = tracker_;
-    std::shared_ptr<Endpoint> endpoint = endpoint_;
     Request copy = request;
-    const bool posted = endpoint_->thread.Post([endpoint, weak_tracker, id, limit,
-                                                request = std::move(copy)]() mutable {
+    const bool posted = endpoint->thread.Post([endpoint, weak_tracker, id, limit,
+                                               request = std::move(copy)]() mutable {
       auto reply = [weak_tracker, id, limit](absl::StatusOr<Response> result) {
         std::shared_ptr<internal::CallTracker> tracker = weak_tracker.lock();
         if (tracker == nullptr) return;

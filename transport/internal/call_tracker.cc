@@ -14,12 +14,13 @@ struct CallTracker::State {
   struct Call {
     ResponseCallback done;
     TimerQueue::TimerId timer = 0;
+    absl::Time deadline;
   };
 
   State(TimerQueue* timers, std::string peer) : timers(timers), peer(std::move(peer)) {}
 
   // Removes call `id`; the returned callback is empty if it was not outstanding.
-  ResponseCallback Take(uint64_t id) {
+  ResponseCallback Take(uint64_t id, absl::Time* deadline = nullptr) {
     Call call;
     {
       absl::MutexLock lock(&mu);
@@ -29,6 +30,7 @@ struct CallTracker::State {
       calls.erase(it);
     }
     if (call.timer != 0) timers->Cancel(call.timer);
+    if (deadline != nullptr) *deadline = call.deadline;
     return std::move(call.done);
   }
 
@@ -51,7 +53,9 @@ uint64_t CallTracker::Start(absl::Time deadline, ResponseCallback done) {
   {
     absl::MutexLock lock(&state_->mu);
     id = state_->next_id++;
-    state_->calls[id].done = std::move(done);
+    State::Call& call = state_->calls[id];
+    call.done = std::move(done);
+    call.deadline = deadline;
   }
   if (deadline == absl::InfiniteFuture()) return id;
   std::weak_ptr<State> weak = state_;
@@ -76,6 +80,13 @@ bool CallTracker::Finish(uint64_t id, absl::StatusOr<Response> result) {
   if (!done) return false;
   done(std::move(result));
   return true;
+}
+
+std::optional<CallTracker::Detached> CallTracker::Detach(uint64_t id) {
+  Detached detached;
+  detached.done = state_->Take(id, &detached.deadline);
+  if (!detached.done) return std::nullopt;
+  return detached;
 }
 
 void CallTracker::FailAll(const absl::Status& status) {

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -34,6 +35,14 @@ class CallTracker {
 
   uint64_t Start(absl::Time deadline, ResponseCallback done);
   bool Finish(uint64_t id, absl::StatusOr<Response> result);
+  // Takes call `id` out of the tracker (no deadline will end it any more) and hands over its
+  // callback and deadline; nullopt if it already completed. For transports that must finish
+  // receiving into the caller's memory before the call may end.
+  struct Detached {
+    ResponseCallback done;
+    absl::Time deadline;
+  };
+  std::optional<Detached> Detach(uint64_t id);
   // Completes every outstanding call with `status`.
   void FailAll(const absl::Status& status);
   size_t outstanding() const;

@@ -19,6 +19,7 @@ ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-i
 ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
 ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
+ABSL_FLAG(std::string, transport, "grpc", "grpc or ucx");
 ABSL_FLAG(int, steps, 50, "Training steps");
 ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
 ABSL_FLAG(std::string, optimizer, "sgd",
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.transport = absl::GetFlag(FLAGS_transport);
   options.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
   absl::StatusOr<std::unique_ptr<hetps::Client>> client = hetps::Client::Create(options);

@@ -24,6 +24,7 @@ struct ShardChannel::PendingCall {
   std::string header;
   transport::Payload payload;
   absl::Time deadline;
+  std::vector<absl::Span<uint8_t>> sink;
   transport::ResponseCallback done;
   absl::Duration pause = kFirstRetryPause;
   // Why the last attempt could not reach the shard (empty before any retry).
@@ -50,12 +51,14 @@ void ShardChannel::Exit() {
 }
 
 void ShardChannel::Call(uint32_t method, std::string header, transport::Payload payload,
-                        absl::Time deadline, transport::ResponseCallback done) {
+                        absl::Time deadline, transport::ResponseCallback done,
+                        std::vector<absl::Span<uint8_t>> sink) {
   auto call = std::make_shared<PendingCall>();
   call->method = method;
   call->header = std::move(header);
   call->payload = std::move(payload);
   call->deadline = deadline;
+  call->sink = std::move(sink);
   call->done = std::move(done);
   Send(std::move(call));
 }
@@ -75,6 +78,7 @@ void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
   request.header = call->header;
   request.payload = call->payload;
   request.deadline = call->deadline;
+  request.response_sink = call->sink;
   connection->Call(std::move(request),
                    [self = shared_from_this(), call](absl::StatusOr<transport::Response> result) {
                      self->OnResponse(call, std::move(result));

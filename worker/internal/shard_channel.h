@@ -32,8 +32,9 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   uint32_t index() const { return index_; }
   const std::string& address() const { return address_; }
 
+  // `sink`: where the response's payload should land (see transport::Request::response_sink).
   void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
-            transport::ResponseCallback done);
+            transport::ResponseCallback done, std::vector<absl::Span<uint8_t>> sink = {});
   void Shutdown();
 
  private:

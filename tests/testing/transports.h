@@ -1,0 +1,30 @@
+// The transports the suites run over, like UCX's own tests run once per transport:
+// "inproc", "grpc", and with UCX "ucx" (UCX's choice: shared memory between local processes)
+// and "ucx-tcp" (UCX limited to TCP over loopback).
+#ifndef HETPS_TESTS_TESTING_TRANSPORTS_H_
+#define HETPS_TESTS_TESTING_TRANSPORTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace hetps::testing {
+
+// `extra` (e.g. {"inproc"}) first, then "grpc" and the UCX variants this build has.
+std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& extra);
+
+// UCX test transports switch from eager to rendezvous at this payload size.
+inline constexpr size_t kTestRendezvousThreshold = 8192;
+
+// A transport for one of the names above (not "inproc", which tests make themselves).
+std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
+                                                       size_t max_message_bytes = 64 << 20);
+
+// Names usable in test names ("ucx-tcp" -> "ucx_tcp").
+std::string TestName(std::string name);
+
+}  // namespace hetps::testing
+
+#endif  // HETPS_TESTS_TESTING_TRANSPORTS_H_

@@ -1,0 +1,465 @@
+#include "transport/ucx/ucx_client.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "proto/frame.pb.h"
+#include "transport/internal/call_tracker.h"
+#include "transport/ucx/ucx_server.h"
+
+namespace hetps::transport::ucx_internal {
+namespace {
+
+void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker.worker(), data);
+}
+
+size_t TotalSize(const std::vector<absl::Span<uint8_t>>& spans) {
+  size_t total = 0;
+  for (const auto& span : spans) total += span.size();
+  return total;
+}
+
+}  // namespace
+
+// One connection's state, shared with callbacks (which hold it weakly or only briefly).
+struct ClientCore : std::enable_shared_from_this<ClientCore> {
+  std::string address;
+  ClientWorker* client_worker = nullptr;
+  UcxWorker* worker = nullptr;
+  uint64_t local_id = 0;
+  TimerQueue* timers = nullptr;
+  size_t max_message_bytes = 0;
+  std::shared_ptr<internal::CallTracker> tracker;
+  std::unique_ptr<Connection> bootstrap;  // gRPC, to the same server
+
+  absl::Mutex mu;
+  bool shut_down ABSL_GUARDED_BY(mu) = false;
+  bool ready ABSL_GUARDED_BY(mu) = false;  // the endpoint is up
+  bool bootstrapping ABSL_GUARDED_BY(mu) = false;
+  bool probing ABSL_GUARDED_BY(mu) = false;
+  uint64_t server_id ABSL_GUARDED_BY(mu) = 0;
+  std::string server_address ABSL_GUARDED_BY(mu);  // the UCX worker connected to
+  absl::Status last_error ABSL_GUARDED_BY(mu);
+
+  // Progress thread only.
+  struct Receiving {
+    void* request = nullptr;
+    ResponseCallback done;
+    std::string header;
+    Payload payload;
+    TimerQueue::TimerId timer = 0;
+    absl::Status cancelled;  // why it was cancelled, if it was
+  };
+  ucp_ep_h ep = nullptr;
+  bool lanes_logged = false;
+  absl::flat_hash_map<uint64_t, std::vector<absl::Span<uint8_t>>> sinks;  // by call
+  absl::flat_hash_map<uint64_t, Receiving> receiving;                     // by call
+
+  void StartBootstrap();
+  void OnBootstrapped(absl::StatusOr<Response> response);
+  // After a call ran out of time: is the server still the one connected to? Without peer
+  // failure detection (see CreateEndpoint) this is how a restarted or vanished server shows.
+  void Probe();
+  void OnProbe(absl::StatusOr<Response> response);
+  void Connected(const std::string& server_address, uint64_t id);
+  void Fail(const absl::Status& status);
+  ucs_status_t OnResponse(hetps::v1::FrameHeader frame, void* data, size_t length,
+                          const ucp_am_recv_param_t* param);
+  void FinishReceive(uint64_t call, ucs_status_t status);
+};
+
+absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOptions& options) {
+  auto client = std::make_unique<ClientWorker>();
+  HETPS_ASSIGN_OR_RETURN(client->worker, UcxWorker::Create(options, "ucx-client"));
+  ClientWorker* raw = client.get();
+  raw->worker->Post([raw] {
+    raw->worker->SetAmHandler(
+        kResponseAm, [raw](const void* header, size_t header_length, void* data, size_t length,
+                           const ucp_am_recv_param_t* param) {
+          absl::StatusOr<hetps::v1::FrameHeader> frame = ParseFrameHeader(header, header_length);
+          std::shared_ptr<ClientCore> core;
+          if (frame.ok()) {
+            auto it = raw->connections.find(frame->connection_id());
+            if (it != raw->connections.end()) core = it->second.lock();
+          }
+          if (core == nullptr) {
+            Discard(*raw->worker, data, param);  // a connection closed in the meantime
+            return UCS_OK;
+          }
+          return core->OnResponse(*std::move(frame), data, length, param);
+        });
+  });
+  return client;
+}
+
+void ClientCore::StartBootstrap() {
+  {
+    absl::MutexLock lock(&mu);
+    if (shut_down || bootstrapping || ready) return;
+    bootstrapping = true;
+  }
+  hetps::v1::UcxBootstrapRequest bootstrap_request;
+  bootstrap_request.set_worker_address(worker->address());
+  bootstrap_request.set_connection_id(local_id);
+  Request request;
+  request.method = kBootstrapMethod;
+  request.header = bootstrap_request.SerializeAsString();
+  request.deadline = absl::Now() + absl::Seconds(5);
+  bootstrap->Call(std::move(request), [weak = weak_from_this()](absl::StatusOr<Response> r) {
+    if (std::shared_ptr<ClientCore> core = weak.lock()) core->OnBootstrapped(std::move(r));
+  });
+}
+
+void ClientCore::OnBootstrapped(absl::StatusOr<Response> response) {
+  hetps::v1::UcxBootstrapResponse bootstrap_response;
+  absl::Status status = response.status();
+  if (status.ok() && !bootstrap_response.ParseFromString(response->header)) {
+    status = absl::UnavailableError("malformed UCX bootstrap response");
+  }
+  if (status.ok()) {
+    const bool posted = worker->Post([core = shared_from_this(), bootstrap_response] {
+      core->Connected(bootstrap_response.worker_address(), bootstrap_response.connection_id());
+    });
+    if (posted) return;
+    status = absl::UnavailableError("the UCX client is shutting down");
+  }
+  absl::MutexLock lock(&mu);
+  bootstrapping = false;
+  last_error = status;
+}
+
+void ClientCore::Probe() {
+  {
+    absl::MutexLock lock(&mu);
+    if (shut_down || probing || !ready) return;
+    probing = true;
+  }
+  hetps::v1::UcxBootstrapRequest probe;
+  probe.set_address_only(true);
+  Request request;
+  request.method = kBootstrapMethod;
+  request.header = probe.SerializeAsString();
+  request.deadline = absl::Now() + absl::Seconds(2);
+  bootstrap->Call(std::move(request), [weak = weak_from_this()](absl::StatusOr<Response> r) {
+    if (std::shared_ptr<ClientCore> core = weak.lock()) core->OnProbe(std::move(r));
+  });
+}
+
+void ClientCore::OnProbe(absl::StatusOr<Response> response) {
+  hetps::v1::UcxBootstrapResponse answer;
+  absl::Status gone;
+  {
+    absl::MutexLock lock(&mu);
+    probing = false;
+    if (!response.ok()) {
+      gone = absl::UnavailableError(
+          absl::StrCat(address, " does not answer: ", response.status().message()));
+    } else if (answer.ParseFromString(response->header) &&
+               answer.worker_address() != server_address) {
+      gone = absl::UnavailableError(absl::StrCat(address, " restarted"));
+    }
+  }
+  if (gone.ok()) return;
+  worker->Post([core = shared_from_this(), gone] { core->Fail(gone); });
+}
+
+void ClientCore::Connected(const std::string& server_address, uint64_t id) {
+  if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);  // the server restarted
+  ep = nullptr;
+  absl::StatusOr<ucp_ep_h> created =
+      CreateEndpoint(*worker, server_address, [weak = weak_from_this()](ucs_status_t status) {
+        if (std::shared_ptr<ClientCore> core = weak.lock()) {
+          // Not from inside UCX's callback: close the endpoint from a task of our own.
+          core->worker->Post([core, status] {
+            core->Fail(UcxError(absl::StrCat("connection to ", core->address, " failed"), status));
+          });
+        }
+      });
+  absl::MutexLock lock(&mu);
+  bootstrapping = false;
+  if (!created.ok()) {
+    last_error = created.status();
+    return;
+  }
+  ep = *created;
+  ready = true;
+  server_id = id;
+  this->server_address = server_address;
+  lanes_logged = false;
+}
+
+void ClientCore::Fail(const absl::Status& status) {
+  if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);
+  ep = nullptr;
+  sinks.clear();
+  {
+    absl::MutexLock lock(&mu);
+    ready = false;
+    last_error = status;
+  }
+  // Receives in progress on the endpoint end with UCX's error through FinishReceive.
+  tracker->FailAll(status);
+}
+
+ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, size_t length,
+                                    const ucp_am_recv_param_t* param) {
+  const uint64_t call = frame.call_id();
+  std::vector<absl::Span<uint8_t>> sink;
+  if (auto it = sinks.find(call); it != sinks.end()) {
+    sink = std::move(it->second);
+    sinks.erase(it);
+  }
+  if (frame.method() == kGoodbyeMethod) {
+    Discard(*worker, data, param);
+    Fail(absl::UnavailableError(absl::StrCat(address, " closed the connection")));
+    return UCS_OK;
+  }
+  if (!lanes_logged && ep != nullptr) {
+    lanes_logged = true;
+    LogInfo("ucx: connected to %s over %s", address, DescribeLanes(ep));
+  }
+  if (frame.status_code() != 0) {
+    Discard(*worker, data, param);
+    tracker->Finish(call, absl::Status(static_cast<absl::StatusCode>(frame.status_code()),
+                                       frame.status_message()));
+    return UCS_OK;
+  }
+  // From here the connection, not the tracker, ends the call: if bytes are being received into
+  // the caller's memory, the call must not end (and let the caller reuse it) before UCX is done.
+  std::optional<internal::CallTracker::Detached> detached = tracker->Detach(call);
+  if (!detached.has_value()) {
+    Discard(*worker, data, param);  // ended already (its deadline passed)
+    return UCS_OK;
+  }
+  Response response;
+  response.header = std::move(*frame.mutable_header());
+  const bool into_sink = !sink.empty() && TotalSize(sink) == length;
+  std::vector<ucp_dt_iov_t> iov;
+  if (into_sink) {
+    for (const auto& span : sink) {
+      response.payload.Append(Payload::Borrow(span));
+      iov.push_back({span.data(), span.size()});
+    }
+  } else if (length > 0) {
+    uint8_t* buffer = nullptr;
+    response.payload = worker->Buffer(length, &buffer);
+    iov.push_back({buffer, length});
+  }
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    size_t offset = 0;  // eager: small, copied straight to where it belongs
+    for (const ucp_dt_iov_t& piece : iov) {
+      std::memcpy(piece.buffer, static_cast<const uint8_t*>(data) + offset, piece.length);
+      offset += piece.length;
+    }
+    detached->done(std::move(response));
+    return UCS_OK;
+  }
+  struct Target {
+    std::weak_ptr<ClientCore> core;
+    uint64_t call;
+  };
+  auto* target = new Target{weak_from_this(), call};
+  ucp_request_param_t params = {};
+  params.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  params.datatype = ucp_dt_make_iov();
+  params.user_data = target;
+  params.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
+    std::unique_ptr<Target> done(static_cast<Target*>(user_data));
+    if (request != nullptr) ucp_request_free(request);
+    if (std::shared_ptr<ClientCore> core = done->core.lock()) {
+      core->FinishReceive(done->call, status);
+    }
+  };
+  Receiving& entry = receiving[call];
+  entry.done = std::move(detached->done);
+  entry.header = std::move(response.header);
+  entry.payload = std::move(response.payload);
+  ucs_status_ptr_t request =
+      ucp_am_recv_data_nbx(worker->worker(), data, iov.data(), iov.size(), &params);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    params.cb.recv_am(nullptr, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request), length,
+                      target);
+    return UCS_OK;
+  }
+  entry.request = request;
+  // At the call's deadline, a receive still running is cancelled (and the call then ends).
+  entry.timer = timers->Schedule(detached->deadline, [weak = weak_from_this(), call] {
+    std::shared_ptr<ClientCore> core = weak.lock();
+    if (core == nullptr) return;
+    core->worker->Post([core, call] {
+      auto it = core->receiving.find(call);
+      if (it == core->receiving.end() || it->second.request == nullptr) return;
+      it->second.cancelled = absl::DeadlineExceededError(
+          absl::StrCat("no whole response from ", core->address, " before the call's deadline"));
+      ucp_request_cancel(core->worker->worker(), it->second.request);
+    });
+  });
+  return UCS_OK;
+}
+
+void ClientCore::FinishReceive(uint64_t call, ucs_status_t status) {
+  auto it = receiving.find(call);
+  if (it == receiving.end()) return;
+  Receiving entry = std::move(it->second);
+  receiving.erase(it);
+  if (entry.timer != 0) timers->Cancel(entry.timer);
+  if (status == UCS_OK) {
+    Response response;
+    response.header = std::move(entry.header);
+    response.payload = std::move(entry.payload);
+    entry.done(std::move(response));
+  } else if (!entry.cancelled.ok()) {
+    entry.done(entry.cancelled);
+  } else {
+    entry.done(UcxError(absl::StrCat("receiving a response from ", address), status));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
+    const std::string& address, absl::Time deadline, ClientWorker* client_worker,
+    const std::shared_ptr<Transport>& grpc, TimerQueue* timers, size_t max_message_bytes) {
+  auto core = std::make_shared<ClientCore>();
+  core->address = address;
+  core->client_worker = client_worker;
+  core->worker = client_worker->worker.get();
+  core->local_id = client_worker->next_connection.fetch_add(1);
+  core->timers = timers;
+  core->max_message_bytes = max_message_bytes;
+  core->tracker = std::make_shared<internal::CallTracker>(timers, address);
+  HETPS_ASSIGN_OR_RETURN(core->bootstrap, grpc->Connect(address, deadline));
+  std::unique_ptr<UcxConnection> connection(new UcxConnection(core));
+  core->worker->Post([core, client_worker] { client_worker->connections[core->local_id] = core; });
+  core->StartBootstrap();
+  absl::MutexLock lock(&core->mu);
+  auto settled = [&core]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core->mu) {
+    return core->ready || !core->bootstrapping;
+  };
+  core->mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (!core->ready) {
+    return absl::UnavailableError(
+        absl::StrCat("no UCX connection to ", address, ": ",
+                     core->last_error.ok() ? "bootstrap timed out" : core->last_error.message()));
+  }
+  return connection;
+}
+
+UcxConnection::~UcxConnection() { Shutdown(); }
+
+const std::string& UcxConnection::address() const { return core_->address; }
+
+void UcxConnection::Call(Request request, ResponseCallback done) {
+  uint64_t server_id = 0;
+  bool shut_down, ready;
+  absl::Status why;
+  {
+    absl::MutexLock lock(&core_->mu);
+    shut_down = core_->shut_down;
+    ready = core_->ready;
+    server_id = core_->server_id;
+    why = core_->last_error;
+  }
+  if (shut_down) {
+    done(absl::FailedPreconditionError(
+        absl::StrCat("connection to ", core_->address, " is shut down")));
+    return;
+  }
+  if (!ready) {
+    core_->StartBootstrap();  // the caller retries Unavailable; we reconnect meanwhile
+    done(absl::UnavailableError(
+        absl::StrCat("reconnecting to ", core_->address, why.ok() ? "" : ": ", why.message())));
+    return;
+  }
+  const size_t size = request.header.size() + request.payload.size();
+  if (size > core_->max_message_bytes) {
+    done(absl::ResourceExhaustedError(absl::StrFormat(
+        "request of %d bytes exceeds the %d-byte message limit", size, core_->max_message_bytes)));
+    return;
+  }
+  // A call that runs out of time may mean the server is gone or restarted: check.
+  ResponseCallback checked = [weak = std::weak_ptr<ClientCore>(core_),
+                              done = std::move(done)](absl::StatusOr<Response> result) mutable {
+    if (result.status().code() == absl::StatusCode::kDeadlineExceeded) {
+      if (std::shared_ptr<ClientCore> core = weak.lock()) core->Probe();
+    }
+    done(std::move(result));
+  };
+  const uint64_t id = core_->tracker->Start(request.deadline, std::move(checked));
+  hetps::v1::FrameHeader header;
+  header.set_call_id(id);
+  header.set_method(request.method);
+  header.set_header(std::move(request.header));
+  header.set_payload_bytes(request.payload.size());
+  header.set_connection_id(server_id);
+  if (request.deadline != absl::InfiniteFuture()) {
+    header.set_timeout_us(
+        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - absl::Now())));
+  }
+  const bool posted = core_->worker->Post([core = core_, id, header = header.SerializeAsString(),
+                                           payload = std::move(request.payload),
+                                           sink = std::move(request.response_sink)]() mutable {
+    if (core->ep == nullptr) {
+      core->tracker->Finish(
+          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
+      return;
+    }
+    if (!sink.empty()) core->sinks[id] = std::move(sink);
+    SendFrame(*core->worker, core->ep, kRequestAm, header, std::move(payload),
+              [core, id](ucs_status_t status) {
+                if (status == UCS_OK) return;
+                core->sinks.erase(id);
+                core->tracker->Finish(id, UcxError("sending the request", status));
+              });
+  });
+  if (!posted) {
+    core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
+  }
+}
+
+void UcxConnection::Shutdown() {
+  {
+    absl::MutexLock lock(&core_->mu);
+    if (core_->shut_down) return;
+    core_->shut_down = true;
+  }
+  core_->tracker->FailAll(
+      absl::CancelledError(absl::StrCat("connection to ", core_->address, " shut down")));
+  auto closed = std::make_shared<absl::Notification>();
+  const bool posted = core_->worker->Post([core = core_, closed] {
+    for (auto& [call, entry] : core->receiving) {
+      entry.cancelled =
+          absl::CancelledError(absl::StrCat("connection to ", core->address, " shut down"));
+      if (entry.request != nullptr) ucp_request_cancel(core->worker->worker(), entry.request);
+    }
+    if (core->ep != nullptr) {
+      hetps::v1::FrameHeader goodbye;
+      goodbye.set_method(kGoodbyeMethod);
+      {
+        absl::MutexLock lock(&core->mu);
+        goodbye.set_connection_id(core->server_id);
+      }
+      SendFrame(*core->worker, core->ep, kRequestAm, goodbye.SerializeAsString(), Payload(),
+                [](ucs_status_t) {});
+      CloseEndpoint(*core->worker, core->ep, /*force=*/false);
+    }
+    core->ep = nullptr;
+    core->sinks.clear();
+    core->client_worker->connections.erase(core->local_id);
+    closed->Notify();
+  });
+  if (posted) closed->WaitForNotificationWithTimeout(absl::Seconds(5));
+  core_->bootstrap->Shutdown();
+}
+
+}  // namespace hetps::transport::ucx_internal

@@ -1,0 +1,52 @@
+// The client side of the UCX transport (see ucx_transport.h): a UcxConnection per server,
+// all of a transport's connections on one client worker.
+#ifndef HETPS_TRANSPORT_UCX_UCX_CLIENT_H_
+#define HETPS_TRANSPORT_UCX_UCX_CLIENT_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/timer_queue.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_worker.h"
+
+namespace hetps::transport::ucx_internal {
+
+struct ClientCore;
+
+// The worker a transport's connections share, and the connections it routes responses to.
+struct ClientWorker {
+  static absl::StatusOr<std::unique_ptr<ClientWorker>> Create(const UcxOptions& options);
+
+  std::unique_ptr<UcxWorker> worker;
+  std::atomic<uint64_t> next_connection{1};
+  // Progress thread only: connections by their number (responses carry it).
+  absl::flat_hash_map<uint64_t, std::weak_ptr<ClientCore>> connections;
+};
+
+class UcxConnection final : public Connection {
+ public:
+  // Bootstraps over gRPC at `address` and opens a UCX endpoint to the server.
+  // REQUIRES: `client_worker` and `timers` outlive the connection.
+  static absl::StatusOr<std::unique_ptr<UcxConnection>> Connect(
+      const std::string& address, absl::Time deadline, ClientWorker* client_worker,
+      const std::shared_ptr<Transport>& grpc, TimerQueue* timers, size_t max_message_bytes);
+  ~UcxConnection() override;
+
+  void Call(Request request, ResponseCallback done) override;
+  void Shutdown() override;
+  const std::string& address() const override;
+
+ private:
+  explicit UcxConnection(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
+
+  std::shared_ptr<ClientCore> core_;
+};
+
+}  // namespace hetps::transport::ucx_internal
+
+#endif  // HETPS_TRANSPORT_UCX_UCX_CLIENT_H_

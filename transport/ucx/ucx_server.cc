@@ -1,0 +1,289 @@
+// The server side of the UCX transport: a gRPC listener (for gRPC clients and for UCX
+// bootstraps) and a UCX worker that receives requests as active messages and sends the replies.
+#include "transport/ucx/ucx_server.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "proto/frame.pb.h"
+
+namespace hetps::transport::ucx_internal {
+namespace {
+
+// Frames of a peer the server does not know (or an unreadable header) are dropped: without
+// the peer's endpoint there is no one to answer.
+void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker.worker(), data);
+}
+
+}  // namespace
+
+absl::StatusOr<hetps::v1::FrameHeader> ParseFrameHeader(const void* header, size_t length) {
+  hetps::v1::FrameHeader frame;
+  if (!frame.ParseFromArray(header, static_cast<int>(length))) {
+    return absl::InvalidArgumentError("unreadable UCX frame header");
+  }
+  return frame;
+}
+
+// State shared with reply callbacks (weakly), so a late reply never touches a gone listener.
+struct UcxListener::Core : std::enable_shared_from_this<Core> {
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    uint64_t client_connection = 0;
+    bool lanes_logged = false;
+  };
+
+  RequestHandler* handler = nullptr;
+  size_t max_message_bytes = 0;
+  std::unique_ptr<UcxWorker> worker;
+  // Progress thread only.
+  absl::flat_hash_map<uint64_t, Peer> peers;
+  uint64_t next_peer = 1;
+
+  ucs_status_t OnRequest(const void* header, size_t header_length, void* data, size_t length,
+                         const ucp_am_recv_param_t* param);
+  void Deliver(hetps::v1::FrameHeader frame, Payload payload);
+  void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result);
+  void Bootstrap(Request request, ReplyCallback reply);
+  void Drop(uint64_t peer);
+};
+
+ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_length, void* data,
+                                          size_t length, const ucp_am_recv_param_t* param) {
+  absl::StatusOr<hetps::v1::FrameHeader> frame = ParseFrameHeader(header, header_length);
+  auto peer = frame.ok() ? peers.find(frame->connection_id()) : peers.end();
+  if (peer == peers.end()) {
+    LogWarning("ucx: dropping a request from an unknown peer");
+    Discard(*worker, data, param);
+    return UCS_OK;
+  }
+  if (frame->method() == kGoodbyeMethod) {
+    Discard(*worker, data, param);
+    Drop(peer->first);
+    return UCS_OK;
+  }
+  if (!peer->second.lanes_logged) {
+    peer->second.lanes_logged = true;
+    LogInfo("ucx: peer %d connected over %s", peer->first, DescribeLanes(peer->second.ep));
+  }
+  if (header_length + length > max_message_bytes) {
+    Discard(*worker, data, param);
+    Reply(peer->first, frame->call_id(),
+          absl::ResourceExhaustedError(
+              absl::StrFormat("request of %d bytes exceeds the %d-byte message limit",
+                              header_length + length, max_message_bytes)));
+    return UCS_OK;
+  }
+  if (length > 0 && frame->payload_bytes() != length) {
+    Discard(*worker, data, param);
+    Reply(peer->first, frame->call_id(),
+          absl::InvalidArgumentError(absl::StrFormat("frame announces %d payload bytes, %d arrived",
+                                                     frame->payload_bytes(), length)));
+    return UCS_OK;
+  }
+  uint8_t* destination = nullptr;
+  Payload payload = length > 0 ? worker->Buffer(length, &destination) : Payload();
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    if (length > 0) std::memcpy(destination, data, length);  // eager: small
+    Deliver(*std::move(frame), std::move(payload));
+    return UCS_OK;
+  }
+  // Rendezvous: the payload lands in the buffer it is handed over in, no copy after.
+  struct Receive {
+    std::weak_ptr<Core> core;
+    hetps::v1::FrameHeader frame;
+    Payload payload;
+  };
+  auto* receive = new Receive{weak_from_this(), *std::move(frame), std::move(payload)};
+  ucp_request_param_t params = {};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  params.user_data = receive;
+  params.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
+    std::unique_ptr<Receive> done(static_cast<Receive*>(user_data));
+    if (request != nullptr) ucp_request_free(request);
+    std::shared_ptr<Core> core = done->core.lock();
+    if (core == nullptr) return;
+    if (status != UCS_OK) {
+      core->Reply(done->frame.connection_id(), done->frame.call_id(),
+                  UcxError("receiving the request's payload", status));
+      return;
+    }
+    core->Deliver(std::move(done->frame), std::move(done->payload));
+  };
+  ucs_status_ptr_t request =
+      ucp_am_recv_data_nbx(worker->worker(), data, destination, length, &params);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    params.cb.recv_am(nullptr, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request), length,
+                      receive);
+  }
+  return UCS_OK;
+}
+
+void UcxListener::Core::Deliver(hetps::v1::FrameHeader frame, Payload payload) {
+  Request request;
+  request.method = frame.method();
+  request.header = std::move(*frame.mutable_header());
+  request.payload = std::move(payload);
+  if (frame.timeout_us() > 0) {
+    request.deadline = absl::Now() + absl::Microseconds(frame.timeout_us());
+  }
+  handler->HandleRequest(std::move(request),
+                         [core = weak_from_this(), peer = frame.connection_id(),
+                          call = frame.call_id()](absl::StatusOr<Response> result) {
+                           if (std::shared_ptr<Core> alive = core.lock())
+                             alive->Reply(peer, call, std::move(result));
+                         });
+}
+
+void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result) {
+  if (result.ok() && result->header.size() + result->payload.size() > max_message_bytes) {
+    result = absl::ResourceExhaustedError(
+        absl::StrFormat("response of %d bytes exceeds the %d-byte message limit",
+                        result->payload.size(), max_message_bytes));
+  }
+  worker->Post([core = shared_from_this(), peer, call_id, result = std::move(result)]() mutable {
+    auto it = core->peers.find(peer);
+    if (it == core->peers.end()) return;  // the client is gone
+    hetps::v1::FrameHeader header;
+    header.set_call_id(call_id);
+    header.set_is_response(true);
+    header.set_connection_id(it->second.client_connection);
+    Payload payload;
+    if (result.ok()) {
+      header.set_header(std::move(result->header));
+      header.set_payload_bytes(result->payload.size());
+      payload = std::move(result->payload);
+    } else {
+      header.set_status_code(static_cast<int32_t>(result.status().code()));
+      header.set_status_message(std::string(result.status().message()));
+    }
+    SendFrame(*core->worker, it->second.ep, kResponseAm, header.SerializeAsString(),
+              std::move(payload), [](ucs_status_t status) {
+                if (status != UCS_OK) {
+                  LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
+                }
+              });
+  });
+}
+
+void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
+  hetps::v1::UcxBootstrapRequest bootstrap;
+  if (!bootstrap.ParseFromString(request.header) ||
+      (bootstrap.worker_address().empty() && !bootstrap.address_only())) {
+    reply(absl::InvalidArgumentError("malformed UCX bootstrap request"));
+    return;
+  }
+  if (bootstrap.address_only()) {
+    hetps::v1::UcxBootstrapResponse response;
+    response.set_worker_address(worker->address());
+    Response out;
+    out.header = response.SerializeAsString();
+    reply(std::move(out));
+    return;
+  }
+  const bool posted = worker->Post([core = shared_from_this(), bootstrap = std::move(bootstrap),
+                                    reply = std::move(reply)]() mutable {
+    const uint64_t id = core->next_peer++;
+    Peer peer;
+    peer.client_connection = bootstrap.connection_id();
+    absl::StatusOr<ucp_ep_h> ep =
+        CreateEndpoint(*core->worker, bootstrap.worker_address(),
+                       [weak = core->weak_from_this(), id](ucs_status_t status) {
+                         if (std::shared_ptr<Core> alive = weak.lock()) {
+                           LogInfo("ucx: peer %d is gone (%s)", id, ucs_status_string(status));
+                           alive->worker->Post([alive, id] { alive->Drop(id); });
+                         }
+                       });
+    if (!ep.ok()) {
+      reply(ep.status());
+      return;
+    }
+    peer.ep = *ep;
+    core->peers.emplace(id, std::move(peer));
+    hetps::v1::UcxBootstrapResponse response;
+    response.set_worker_address(core->worker->address());
+    response.set_connection_id(id);
+    Response out;
+    out.header = response.SerializeAsString();
+    reply(std::move(out));
+  });
+  if (!posted) reply(absl::UnavailableError("the UCX listener is shutting down"));
+}
+
+void UcxListener::Core::Drop(uint64_t peer) {
+  auto it = peers.find(peer);
+  if (it == peers.end()) return;
+  CloseEndpoint(*worker, it->second.ep, /*force=*/true);
+  peers.erase(it);
+}
+
+// The gRPC side: UCX bootstraps are answered here, everything else goes to the handler.
+class UcxListener::Front final : public RequestHandler {
+ public:
+  explicit Front(UcxListener* listener) : listener_(listener) {}
+  void HandleRequest(Request request, ReplyCallback reply) override {
+    if (request.method == kBootstrapMethod) {
+      listener_->core_->Bootstrap(std::move(request), std::move(reply));
+      return;
+    }
+    listener_->core_->handler->HandleRequest(std::move(request), std::move(reply));
+  }
+
+ private:
+  UcxListener* const listener_;
+};
+
+absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
+    const std::string& address, RequestHandler* handler, const UcxOptions& options,
+    const std::shared_ptr<Transport>& grpc) {
+  std::unique_ptr<UcxListener> listener(new UcxListener());
+  listener->core_ = std::make_shared<Core>();
+  listener->core_->handler = handler;
+  listener->core_->max_message_bytes = options.max_message_bytes;
+  HETPS_ASSIGN_OR_RETURN(listener->core_->worker, UcxWorker::Create(options, "ucx-server"));
+  std::weak_ptr<Core> weak = listener->core_;
+  UcxWorker* worker = listener->core_->worker.get();
+  worker->Post([worker, weak] {
+    worker->SetAmHandler(kRequestAm, [weak](const void* header, size_t header_length, void* data,
+                                            size_t length, const ucp_am_recv_param_t* param) {
+      std::shared_ptr<Core> core = weak.lock();
+      if (core == nullptr) return UCS_OK;
+      return core->OnRequest(header, header_length, data, length, param);
+    });
+  });
+  listener->front_ = std::make_unique<Front>(listener.get());
+  HETPS_ASSIGN_OR_RETURN(listener->grpc_listener_, grpc->Listen(address, listener->front_.get()));
+  return listener;
+}
+
+UcxListener::~UcxListener() { Shutdown(); }
+
+std::string UcxListener::address() const { return grpc_listener_->address(); }
+
+void UcxListener::Shutdown() {
+  if (shut_down_.exchange(true) || core_ == nullptr || core_->worker == nullptr) return;
+  if (grpc_listener_ != nullptr) grpc_listener_->Shutdown();  // no new bootstraps
+  std::shared_ptr<Core> core = core_;
+  core->worker->Stop([core] {
+    // Replies already posted have gone out; say goodbye to every peer and flush.
+    for (auto& [id, peer] : core->peers) {
+      hetps::v1::FrameHeader goodbye;
+      goodbye.set_is_response(true);
+      goodbye.set_method(kGoodbyeMethod);
+      goodbye.set_connection_id(peer.client_connection);
+      SendFrame(*core->worker, peer.ep, kResponseAm, goodbye.SerializeAsString(), Payload(),
+                [](ucs_status_t) {});
+      CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
+    }
+    core->peers.clear();
+  });
+}
+
+}  // namespace hetps::transport::ucx_internal

@@ -1,0 +1,52 @@
+// UcxListener: the server side of the UCX transport (see ucx_transport.h).
+#ifndef HETPS_TRANSPORT_UCX_UCX_SERVER_H_
+#define HETPS_TRANSPORT_UCX_UCX_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "proto/frame.pb.h"
+#include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
+#include "transport/ucx/ucx_worker.h"
+
+namespace hetps::transport::ucx_internal {
+
+// Transport-level methods (proto/frame.proto): the bootstrap, over gRPC, and the goodbye a
+// peer that leaves sends over UCX.
+inline constexpr uint32_t kBootstrapMethod = 0x40000001;
+inline constexpr uint32_t kGoodbyeMethod = 0x40000002;
+
+absl::StatusOr<hetps::v1::FrameHeader> ParseFrameHeader(const void* header, size_t length);
+
+class UcxListener final : public Listener {
+ public:
+  // Listens on gRPC at `address` (through `grpc`) and on UCX.
+  // REQUIRES: `handler` outlives the listener.
+  static absl::StatusOr<std::unique_ptr<UcxListener>> Start(const std::string& address,
+                                                            RequestHandler* handler,
+                                                            const UcxOptions& options,
+                                                            const std::shared_ptr<Transport>& grpc);
+  ~UcxListener() override;
+
+  std::string address() const override;
+  void Shutdown() override;
+
+ private:
+  struct Core;
+  class Front;
+
+  UcxListener() = default;
+
+  std::shared_ptr<Core> core_;
+  std::unique_ptr<Front> front_;
+  std::unique_ptr<Listener> grpc_listener_;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace hetps::transport::ucx_internal
+
+#endif  // HETPS_TRANSPORT_UCX_UCX_SERVER_H_

@@ -1,0 +1,87 @@
+#include "transport/ucx/ucx_transport.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "common/timer_queue.h"
+#include "transport/grpc/grpc_transport.h"
+#include "transport/ucx/ucx_client.h"
+#include "transport/ucx/ucx_server.h"
+
+namespace hetps::transport {
+namespace {
+
+// True for 127.0.0.0/8, localhost and [::1].
+bool IsLoopback(const std::string& address) {
+  const std::string host = address.substr(0, address.rfind(':'));
+  return absl::StartsWith(host, "127.") || host == "localhost" || host == "[::1]";
+}
+
+// "auto" devices: loopback peers use lo only, so no other interface carries their traffic.
+UcxOptions Resolve(UcxOptions options, const std::string& address) {
+  if (options.net_devices == "auto") options.net_devices = IsLoopback(address) ? "lo" : "";
+  return options;
+}
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(const UcxOptions& options)
+      : options_(options), grpc_(NewGrpcTransport({options.max_message_bytes})) {}
+
+  ~UcxTransport() override {
+    absl::MutexLock lock(&mu_);
+    client_workers_.clear();  // stops their progress threads
+  }
+
+  absl::string_view name() const override { return "ucx"; }
+
+  absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address,
+                                                   RequestHandler* handler) override {
+    HETPS_ASSIGN_OR_RETURN(
+        std::unique_ptr<ucx_internal::UcxListener> listener,
+        ucx_internal::UcxListener::Start(address, handler, Resolve(options_, address), grpc_));
+    return std::unique_ptr<Listener>(std::move(listener));
+  }
+
+  absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
+                                                      absl::Time deadline) override {
+    HETPS_ASSIGN_OR_RETURN(ucx_internal::ClientWorker * worker, WorkerFor(address));
+    HETPS_ASSIGN_OR_RETURN(
+        std::unique_ptr<ucx_internal::UcxConnection> connection,
+        ucx_internal::UcxConnection::Connect(address, deadline, worker, grpc_, &timers_,
+                                             options_.max_message_bytes));
+    return std::unique_ptr<Connection>(std::move(connection));
+  }
+
+ private:
+  // One client worker per set of network devices (loopback peers get a lo-only one).
+  absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address) {
+    const UcxOptions options = Resolve(options_, address);
+    absl::MutexLock lock(&mu_);
+    auto& worker = client_workers_[options.net_devices];
+    if (worker == nullptr) {
+      HETPS_ASSIGN_OR_RETURN(worker, ucx_internal::ClientWorker::Create(options));
+    }
+    return worker.get();
+  }
+
+  const UcxOptions options_;
+  const std::shared_ptr<Transport> grpc_;
+  TimerQueue timers_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ucx_internal::ClientWorker>> client_workers_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+std::shared_ptr<Transport> NewUcxTransport(const UcxOptions& options) {
+  return std::make_shared<UcxTransport>(options);
+}
+
+}  // namespace hetps::transport

@@ -1,0 +1,42 @@
+// The UCX transport: requests and responses as UCP active messages, the payload sent zero-copy
+// (rendezvous) when large and received straight into its destination; shared memory between
+// processes of one machine, TCP or RDMA between machines, whatever UCX finds.
+//
+// A UCX listener also listens on gRPC at the same address: gRPC clients are served there as
+// usual, and UCX clients bootstrap there (each side learns the other's UCX worker address). A
+// UCX connection re-bootstraps by itself after its peer restarts.
+//
+//   auto ucx = NewUcxTransport({});
+//   auto listener = ucx->Listen("0.0.0.0:7000", &handler);   // gRPC + UCX
+//   auto connection = ucx->Connect("10.0.0.1:7000", deadline);
+#ifndef HETPS_TRANSPORT_UCX_UCX_TRANSPORT_H_
+#define HETPS_TRANSPORT_UCX_UCX_TRANSPORT_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "transport/transport.h"
+
+namespace hetps::transport {
+
+struct UcxOptions {
+  size_t max_message_bytes = 64 << 20;
+  // UCX transports to use (UCX_TLS), e.g. "tcp" or "shm,tcp"; empty: UCX's choice or the
+  // UCX_TLS environment variable.
+  std::string tls;
+  // Network devices (UCX_NET_DEVICES). "auto": "lo" when the peer's address is a loopback
+  // address (no other interface gets involved), UCX's choice otherwise.
+  std::string net_devices = "auto";
+  // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
+  // CPU).
+  bool busy_poll = false;
+  // Payloads from this many bytes on go by rendezvous (zero-copy); 0: UCX's choice.
+  size_t rndv_threshold = 0;
+};
+
+std::shared_ptr<Transport> NewUcxTransport(const UcxOptions& options);
+
+}  // namespace hetps::transport
+
+#endif  // HETPS_TRANSPORT_UCX_UCX_TRANSPORT_H_

@@ -1,0 +1,345 @@
+#include "transport/ucx/ucx_worker.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/aligned_buffer.h"
+#include "common/log.h"
+
+namespace hetps::transport::ucx_internal {
+
+absl::Status UcxError(absl::string_view what, ucs_status_t status) {
+  return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(status)));
+}
+
+// Registered receive buffers, by size class (powers of two from 64 KiB), reused.
+struct UcxWorker::PooledBuffer {
+  ~PooledBuffer() { std::free(data); }
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  ucp_mem_h memh = nullptr;
+};
+
+struct UcxWorker::Pool {
+  absl::Mutex mu;
+  ucp_context_h context ABSL_GUARDED_BY(mu) = nullptr;  // null once the worker stopped
+  std::map<size_t, std::vector<std::unique_ptr<PooledBuffer>>> free ABSL_GUARDED_BY(mu);
+  std::vector<PooledBuffer*> mapped ABSL_GUARDED_BY(mu);  // to unmap at stop
+
+  void Return(std::unique_ptr<PooledBuffer> buffer) {
+    absl::MutexLock lock(&mu);
+    if (context == nullptr) return;  // stopped: plain memory, freed here
+    free[buffer->size].push_back(std::move(buffer));
+  }
+};
+
+absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& options,
+                                                             const std::string& name) {
+  std::unique_ptr<UcxWorker> w(new UcxWorker());
+  w->options_ = options;
+  w->name_ = name;
+  ucp_config_t* config = nullptr;
+  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  if (status != UCS_OK) return UcxError("ucp_config_read", status);
+  if (!options.tls.empty()) ucp_config_modify(config, "TLS", options.tls.c_str());
+  if (options.rndv_threshold > 0) {
+    ucp_config_modify(config, "RNDV_THRESH", std::to_string(options.rndv_threshold).c_str());
+  }
+  if (!options.net_devices.empty() && options.net_devices != "auto") {
+    ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
+  }
+  ucp_params_t params = {};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = w->name_.c_str();
+  status = ucp_init(&params, config, &w->context_);
+  ucp_config_release(config);
+  if (status != UCS_OK) return UcxError("ucp_init", status);
+
+  ucp_worker_params_t worker_params = {};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
+  status = ucp_worker_create(w->context_, &worker_params, &w->worker_);
+  if (status != UCS_OK) {
+    ucp_cleanup(w->context_);
+    return UcxError("ucp_worker_create", status);
+  }
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  status = ucp_worker_get_address(w->worker_, &address, &address_length);
+  if (status != UCS_OK) {
+    ucp_worker_destroy(w->worker_);
+    ucp_cleanup(w->context_);
+    return UcxError("ucp_worker_get_address", status);
+  }
+  w->address_.assign(reinterpret_cast<const char*>(address), address_length);
+  ucp_worker_release_address(w->worker_, address);
+
+  status = ucp_worker_get_efd(w->worker_, &w->ucx_fd_);
+  w->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  w->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (status != UCS_OK || w->epoll_fd_ < 0 || w->wake_fd_ < 0) {
+    if (w->epoll_fd_ >= 0) close(w->epoll_fd_);
+    if (w->wake_fd_ >= 0) close(w->wake_fd_);
+    ucp_worker_destroy(w->worker_);
+    ucp_cleanup(w->context_);
+    return absl::UnavailableError("cannot set up the UCX progress thread's wake-ups");
+  }
+  for (int fd : {w->ucx_fd_, w->wake_fd_}) {
+    epoll_event event = {};
+    event.events = EPOLLIN;
+    event.data.fd = fd;
+    epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+  }
+  w->pool_ = std::make_shared<Pool>();
+  {
+    absl::MutexLock lock(&w->pool_->mu);
+    w->pool_->context = w->context_;
+  }
+  w->thread_ = std::thread([raw = w.get()] { raw->Run(); });
+  return w;
+}
+
+UcxWorker::~UcxWorker() { Stop(); }
+
+bool UcxWorker::Post(absl::AnyInvocable<void()> task) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+    tasks_.push_back(std::move(task));
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = write(wake_fd_, &one, sizeof(one));
+  return true;
+}
+
+void UcxWorker::Stop(absl::AnyInvocable<void()> last) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    last_task_ = std::move(last);
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = write(wake_fd_, &one, sizeof(one));
+  if (thread_.joinable()) thread_.join();
+}
+
+void UcxWorker::SetAmHandler(unsigned id, AmHandler handler) {
+  if (am_handlers_.size() <= id) am_handlers_.resize(id + 1);
+  am_handlers_[id] = std::move(handler);
+  ucp_am_handler_param_t param = {};
+  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                     UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  param.id = id;
+  param.flags = UCP_AM_FLAG_WHOLE_MSG;
+  param.cb = &UcxWorker::OnAm;
+  param.arg = &am_handlers_[id];
+  const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &param);
+  if (status != UCS_OK)
+    LogError("ucx: cannot set an active-message handler: %s", ucs_status_string(status));
+}
+
+ucs_status_t UcxWorker::OnAm(void* arg, const void* header, size_t header_length, void* data,
+                             size_t length, const ucp_am_recv_param_t* param) {
+  return (*static_cast<AmHandler*>(arg))(header, header_length, data, length, param);
+}
+
+void UcxWorker::RunTasks() {
+  std::deque<absl::AnyInvocable<void()>> tasks;
+  {
+    absl::MutexLock lock(&mu_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task();
+}
+
+void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done() && absl::Now() < deadline) ucp_worker_progress(worker_);
+}
+
+void UcxWorker::Run() {
+  pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+  while (true) {
+    RunTasks();
+    bool stopping;
+    {
+      absl::MutexLock lock(&mu_);
+      stopping = stopping_ && tasks_.empty();
+    }
+    if (stopping) break;
+    if (ucp_worker_progress(worker_) != 0 || options_.busy_poll) continue;
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;  // more events already: progress again
+    epoll_event events[2];
+    // The timeout only bounds how long a lost wake-up could delay a task.
+    epoll_wait(epoll_fd_, events, 2, 100);
+    uint64_t count;
+    while (read(wake_fd_, &count, sizeof(count)) > 0) {
+    }
+  }
+  absl::AnyInvocable<void()> last;
+  {
+    absl::MutexLock lock(&mu_);
+    last = std::move(last_task_);
+  }
+  if (last) last();
+  RunTasks();  // whatever `last` posted
+  {
+    // Registered memory is released now; buffers still in use stay valid as plain memory.
+    absl::MutexLock lock(&pool_->mu);
+    for (PooledBuffer* buffer : pool_->mapped) ucp_mem_unmap(context_, buffer->memh);
+    pool_->mapped.clear();
+    pool_->free.clear();
+    pool_->context = nullptr;
+  }
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+  close(epoll_fd_);
+  close(wake_fd_);
+}
+
+Payload UcxWorker::Buffer(size_t bytes, uint8_t** data) {
+  size_t size = size_t{64} << 10;
+  while (size < bytes) size <<= 1;
+  std::unique_ptr<PooledBuffer> buffer;
+  {
+    absl::MutexLock lock(&pool_->mu);
+    auto& free = pool_->free[size];
+    if (!free.empty()) {
+      buffer = std::move(free.back());
+      free.pop_back();
+    }
+  }
+  if (buffer == nullptr) {
+    buffer = std::make_unique<PooledBuffer>();
+    buffer->size = size;
+    buffer->data = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlignment, size));
+    ucp_mem_map_params_t params = {};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = buffer->data;
+    params.length = size;
+    if (buffer->data != nullptr && ucp_mem_map(context_, &params, &buffer->memh) == UCS_OK) {
+      absl::MutexLock lock(&pool_->mu);
+      pool_->mapped.push_back(buffer.get());
+    }
+  }
+  *data = buffer->data;
+  // The owner hands the buffer back to the pool when the last payload referring to it goes.
+  std::shared_ptr<PooledBuffer> owner(buffer.release(), [pool = pool_](PooledBuffer* released) {
+    pool->Return(std::unique_ptr<PooledBuffer>(released));
+  });
+  return Payload::Shared(ByteSpan(*data, bytes), std::move(owner));
+}
+
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
+  // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
+  struct SendState {
+    std::string header;
+    Payload payload;
+    std::vector<ucp_dt_iov_t> iov;
+    absl::AnyInvocable<void(ucs_status_t)> done;
+  };
+  auto* state = new SendState{header, std::move(payload), {}, std::move(done)};
+  for (const ByteSpan& segment : state->payload.segments()) {
+    state->iov.push_back({const_cast<uint8_t*>(segment.data()), segment.size()});
+  }
+  ucp_request_param_t param = {};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
+  // An empty IOV list is not allowed: no payload goes as an empty contiguous buffer.
+  param.datatype = state->iov.empty() ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
+  param.user_data = state;
+  param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
+    auto* sent = static_cast<SendState*>(user_data);
+    sent->done(status);
+    delete sent;
+    ucp_request_free(request);
+  };
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep, am_id, state->header.data(), state->header.size(),
+                      state->iov.empty() ? nullptr : state->iov.data(), state->iov.size(), &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    state->done(request == nullptr ? UCS_OK : UCS_PTR_STATUS(request));
+    delete state;
+  }
+}
+
+std::function<void(ucs_status_t)>* UcxWorker::Keep(std::function<void(ucs_status_t)> callback) {
+  error_handlers_.push_back(
+      std::make_unique<std::function<void(ucs_status_t)>>(std::move(callback)));
+  return error_handlers_.back().get();
+}
+
+absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
+                                        std::function<void(ucs_status_t)> on_error) {
+  ucp_ep_params_t params = {};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  // Peer failure detection (UCP_ERR_HANDLING_MODE_PEER) rules out shared memory in UCX 1.13,
+  // so it stays off: deadlines end calls to a vanished peer, a probe then notices a restarted
+  // server, and peers that leave cleanly say goodbye.
+  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
+    (*static_cast<std::function<void(ucs_status_t)>*>(arg))(status);
+  };
+  params.err_handler.arg = worker.Keep(std::move(on_error));
+  ucp_ep_h ep = nullptr;
+  const ucs_status_t status = ucp_ep_create(worker.worker(), &params, &ep);
+  if (status != UCS_OK) return UcxError("ucp_ep_create", status);
+  return ep;
+}
+
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force) {
+  ucp_request_param_t param = {};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
+                       absl::Seconds(1));
+  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
+    // The peer did not answer the flush in time: stop waiting for it.
+    ucp_request_cancel(worker.worker(), request);
+    worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
+                         absl::Milliseconds(100));
+  }
+  ucp_request_free(request);
+}
+
+std::string DescribeLanes(ucp_ep_h ep) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* stream = open_memstream(&text, &size);
+  if (stream == nullptr) return "unknown";
+  ucp_ep_print_info(ep, stream);
+  fclose(stream);
+  // Lines look like "#   lane[0]:  3:posix/memory.0 md[2]  ... am am_bw#0".
+  std::vector<std::string> lanes;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text, size), '\n')) {
+    const size_t at = line.find("lane[");
+    if (at == absl::string_view::npos) continue;
+    lanes.emplace_back(absl::StripAsciiWhitespace(line.substr(at)));
+  }
+  std::free(text);
+  return lanes.empty() ? "unknown" : absl::StrJoin(lanes, "; ");
+}
+
+}  // namespace hetps::transport::ucx_internal

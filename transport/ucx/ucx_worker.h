@@ -1,0 +1,122 @@
+// UcxWorker: one UCP context and worker, driven by one progress thread. Every UCX call happens
+// on that thread; other threads Post() tasks, which wake it through an eventfd. When there is
+// nothing to progress the thread sleeps in epoll on the worker's event fd (ucp_worker_arm) and
+// that eventfd, unless busy polling was asked for.
+//
+//   auto worker = UcxWorker::Create(options, "ucx-server");
+//   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
+//
+// Thread safety: Post, address and Stop may be called from any thread; everything else only
+// from tasks (on the progress thread).
+#ifndef HETPS_TRANSPORT_UCX_UCX_WORKER_H_
+#define HETPS_TRANSPORT_UCX_UCX_WORKER_H_
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "transport/payload.h"
+#include "transport/ucx/ucx_transport.h"
+
+namespace hetps::transport::ucx_internal {
+
+// Active-message ids.
+inline constexpr unsigned kRequestAm = 1;
+inline constexpr unsigned kResponseAm = 2;
+
+class UcxWorker {
+ public:
+  // Called on the progress thread for every active message `id` (see ucp_am_recv_callback_t).
+  using AmHandler = std::function<ucs_status_t(const void* header, size_t header_length, void* data,
+                                               size_t length, const ucp_am_recv_param_t* param)>;
+
+  static absl::StatusOr<std::unique_ptr<UcxWorker>> Create(const UcxOptions& options,
+                                                           const std::string& name);
+  ~UcxWorker();  // Stop()
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  // Runs `task` on the progress thread; false once stopping (the task is dropped).
+  bool Post(absl::AnyInvocable<void()> task);
+  // Runs `last` on the progress thread after the tasks already posted, then ends the thread
+  // and releases UCX. Idempotent.
+  void Stop(absl::AnyInvocable<void()> last = nullptr);
+
+  // The worker's address, for the peer's ucp_ep_create.
+  const std::string& address() const { return address_; }
+  const UcxOptions& options() const { return options_; }
+
+  // --- On the progress thread only ---
+  ucp_worker_h worker() const { return worker_; }
+  void SetAmHandler(unsigned id, AmHandler handler);
+  // Progresses until `done()` or `timeout` (for closing endpoints and flushing).
+  void ProgressUntil(const std::function<bool()>& done, absl::Duration timeout);
+  // A registered buffer of at least `bytes` bytes from a pool, handed back when the last
+  // Payload referring to it goes. The memory stays valid after the worker stops.
+  Payload Buffer(size_t bytes, uint8_t** data);
+  // Keeps `callback` alive until the worker stops; returns where it lives.
+  std::function<void(ucs_status_t)>* Keep(std::function<void(ucs_status_t)> callback);
+
+ private:
+  struct PooledBuffer;
+  struct Pool;
+
+  UcxWorker() = default;
+  void Run();
+  void RunTasks();
+  static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
+                           size_t length, const ucp_am_recv_param_t* param);
+
+  UcxOptions options_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::string address_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int ucx_fd_ = -1;
+  std::vector<AmHandler> am_handlers_;  // by id
+  std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
+  std::shared_ptr<Pool> pool_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  absl::AnyInvocable<void()> last_task_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+  std::string name_;
+};
+
+// Sends one frame as an active message on `ep`; `done` runs on the progress thread when UCX is
+// done with the header and the payload (or the send failed). The payload is sent from where it
+// is (rendezvous zero-copy when large).
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
+
+// Creates an endpoint to `address`; `on_error` runs on the progress thread if UCX reports the
+// endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
+// keeps `on_error` until it stops: it must hold only weak references. UNAVAILABLE if UCX
+// refuses.
+absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
+                                        std::function<void(ucs_status_t)> on_error);
+
+// Closes `ep` (flushing it unless `force`), progressing until done or a short deadline.
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force);
+
+// Which UCX transports an endpoint uses, for the log ("tcp/lo", "posix/memory", ...).
+std::string DescribeLanes(ucp_ep_h ep);
+
+absl::Status UcxError(absl::string_view what, ucs_status_t status);
+
+}  // namespace hetps::transport::ucx_internal
+
+#endif  // HETPS_TRANSPORT_UCX_UCX_WORKER_H_
