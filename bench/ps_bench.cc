@@ -6,6 +6,7 @@
 //   ps-bench --servers 10.0.0.1:7000,10.0.0.2:7000 --rank 0 --world_size 4   # a real cluster
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -38,7 +39,13 @@ ABSL_FLAG(int, iterations, 0,
           "Measured operations per worker and size; 0 fits them into --duration_s");
 ABSL_FLAG(double, duration_s, 0.5, "Approximate time per measurement when --iterations is 0");
 ABSL_FLAG(std::string, op, "all", "push, pull, pushpull or all");
-ABSL_FLAG(std::string, transport, "all", "grpc, or all (every transport this build has)");
+ABSL_FLAG(std::string, transport, "auto",
+          "grpc, ucx, or all (every transport this build has; embedded mode only). auto: all "
+          "in embedded mode, with --servers the fastest this build has (ucx, else grpc)");
+ABSL_FLAG(bool, ucx_busy_poll, false,
+          "UCX: spin on the workers instead of sleeping (clients and embedded shards)");
+ABSL_FLAG(std::string, ucx_net_devices, "auto",
+          "UCX: network devices, e.g. mlx5_0:1 (auto: lo for loopback shards)");
 ABSL_FLAG(int, workers, 2, "Embedded mode: worker threads (each with its own client)");
 ABSL_FLAG(int, shards, 2, "Embedded mode: shards");
 ABSL_FLAG(std::string, dtype, "fp32", "Wire type of gradients and weights: fp32, bf16, fp16");
@@ -102,13 +109,24 @@ absl::Status PinTo(const std::string& list) {
 
 absl::StatusOr<Plan> MakePlan() {
   Plan plan;
-  const std::string transport = absl::GetFlag(FLAGS_transport);
-  if (transport == "all" || transport == "grpc") {
-    plan.transports = {"grpc"};
-  } else if (transport == "ucx") {
-    return absl::InvalidArgumentError("this build has no UCX transport (only grpc)");
+  std::string transport = absl::GetFlag(FLAGS_transport);
+  const std::string available = transport::AvailableTransports();
+  const std::vector<std::string> built = absl::StrSplit(available, ", ");
+  const bool embedded = absl::GetFlag(FLAGS_servers).empty();
+  if (transport == "auto") transport = embedded ? "all" : built.back();
+  if (transport == "all" && !embedded) {
+    // The shards count barriers and BSP steps per worker rank: a second set of clients would
+    // start over where the first left off.
+    return absl::InvalidArgumentError(
+        "with --servers, measure one transport per run (--transport grpc or ucx)");
+  }
+  if (transport == "all") {
+    plan.transports = built;
+  } else if (std::find(built.begin(), built.end(), transport) != built.end()) {
+    plan.transports = {transport};
   } else {
-    return absl::InvalidArgumentError("--transport is grpc, ucx or all");
+    return absl::InvalidArgumentError(
+        absl::StrCat("--transport is all or one of this build's transports: ", available));
   }
   const std::string op = absl::GetFlag(FLAGS_op);
   if (op == "all") {
@@ -204,7 +222,9 @@ JsonValue ConfigJson(const Plan& plan) {
       .Set("duration_s", absl::ToDoubleSeconds(plan.settings.duration))
       .Set("check", plan.settings.check)
       .Set("partition_bytes", plan.settings.chunk_bytes)
-      .Set("pin", absl::GetFlag(FLAGS_pin));
+      .Set("pin", absl::GetFlag(FLAGS_pin))
+      .Set("ucx_busy_poll", absl::GetFlag(FLAGS_ucx_busy_poll))
+      .Set("ucx_net_devices", absl::GetFlag(FLAGS_ucx_net_devices));
   if (!plan.embedded) config.Set("servers", absl::StrJoin(plan.servers, ","));
   return config;
 }
@@ -271,6 +291,8 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
                                                       const std::vector<std::string>& servers,
                                                       size_t* done, size_t total) {
   transport::TransportOptions transport_options;
+  transport_options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  transport_options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   HETPS_ASSIGN_OR_RETURN(std::shared_ptr<transport::Transport> transport,
                          transport::CreateTransport(transport_name, transport_options));
   std::vector<LocalWorker> workers(plan.workers);
@@ -340,6 +362,30 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
   return results;
 }
 
+absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
+                                 std::vector<std::unique_ptr<server::ShardServer>>* shards,
+                                 std::vector<std::string>* servers) {
+  const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 0; i < plan.shards; ++i) {
+    server::ServerOptions options;
+    options.shard_index = static_cast<uint32_t>(i);
+    options.num_shards = static_cast<uint32_t>(plan.shards);
+    options.num_workers = plan.world_size;
+    options.listen_address = "127.0.0.1:0";
+    options.threads = std::max(1, cpus / plan.shards);
+    options.transport = transport;
+    options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+    options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+    HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> shard,
+                           server::ShardServer::Start(options));
+    servers->push_back(shard->address());
+    shards->push_back(std::move(shard));
+  }
+  std::fprintf(stderr, "ps-bench: embedded %s cluster of %d shards (%s), %d workers\n",
+               transport.c_str(), plan.shards, absl::StrJoin(*servers, ",").c_str(), plan.workers);
+  return absl::OkStatus();
+}
+
 int Run() {
   absl::StatusOr<Plan> plan = MakePlan();
   if (!plan.ok()) {
@@ -352,36 +398,22 @@ int Run() {
       return kFailed;
     }
   }
-  // Embedded mode: the shards run in this process, on 127.0.0.1.
-  std::vector<std::unique_ptr<server::ShardServer>> shards;
-  std::vector<std::string> servers = plan->servers;
-  if (plan->embedded) {
-    const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    for (int i = 0; i < plan->shards; ++i) {
-      server::ServerOptions options;
-      options.shard_index = static_cast<uint32_t>(i);
-      options.num_shards = static_cast<uint32_t>(plan->shards);
-      options.num_workers = plan->world_size;
-      options.listen_address = "127.0.0.1:0";
-      options.threads = std::max(1, cpus / plan->shards);
-      absl::StatusOr<std::unique_ptr<server::ShardServer>> shard =
-          server::ShardServer::Start(options);
-      if (!shard.ok()) {
-        std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
-                     shard.status().ToString().c_str());
-        return kFailed;
-      }
-      servers.push_back((*shard)->address());
-      shards.push_back(*std::move(shard));
-    }
-    std::fprintf(stderr, "ps-bench: embedded cluster of %d shards (%s), %d workers\n", plan->shards,
-                 absl::StrJoin(servers, ",").c_str(), plan->workers);
-  }
-
   std::vector<BenchResult> results;
   size_t done = 0;
   const size_t total = plan->transports.size() * plan->ops.size() * plan->sizes.size();
   for (const std::string& transport : plan->transports) {
+    // Embedded mode: fresh shards in this process for every transport (barrier generations and
+    // BSP steps start over with the new clients).
+    std::vector<std::unique_ptr<server::ShardServer>> shards;
+    std::vector<std::string> servers = plan->servers;
+    if (plan->embedded) {
+      absl::Status started = StartEmbeddedShards(*plan, transport, &shards, &servers);
+      if (!started.ok()) {
+        std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
+                     started.ToString().c_str());
+        return kFailed;
+      }
+    }
     absl::StatusOr<std::vector<BenchResult>> measured =
         RunTransport(*plan, transport, servers, &done, total);
     if (!measured.ok()) {

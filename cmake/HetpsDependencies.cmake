@@ -27,8 +27,7 @@ function(hetps_feature_option name found description)
   set(${have_var} ${have} PARENT_SCOPE)
 endfunction()
 
-# UCX (the transport itself lands with the UCX issue; the option is resolved here so the build
-# summary and later components agree on it).
+# UCX: the transport/ucx/ transport; without it hetps speaks gRPC only.
 find_package(ucx CONFIG QUIET)
 hetps_feature_option(HETPS_WITH_UCX "${ucx_FOUND}" "UCX transport")
 

@@ -15,6 +15,22 @@ bool TaskThread::Post(absl::AnyInvocable<void()> task) {
   return true;
 }
 
+bool TaskThread::RunHereOrPost(absl::AnyInvocable<void()> task) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return false;
+    if (busy_ || !tasks_.empty()) {
+      tasks_.push_back(std::move(task));
+      return true;
+    }
+    busy_ = true;
+  }
+  task();
+  absl::MutexLock lock(&mu_);
+  busy_ = false;  // the thread picks up what was posted meanwhile
+  return true;
+}
+
 void TaskThread::Stop() {
   {
     absl::MutexLock lock(&mu_);
@@ -30,14 +46,18 @@ void TaskThread::Run() {
     absl::AnyInvocable<void()> task;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !tasks_.empty(); };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !busy_ && (stopping_ || !tasks_.empty());
+      };
       mu_.Await(absl::Condition(&ready));
       if (tasks_.empty()) return;  // stopping and drained
       task = std::move(tasks_.front());
       tasks_.pop_front();
+      busy_ = true;
     }
     task();
+    absl::MutexLock lock(&mu_);
+    busy_ = false;
   }
 }
 

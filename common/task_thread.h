@@ -5,6 +5,7 @@
 //   thread.Stop();  // runs what is queued, then joins
 //
 // Thread-safe. Tasks posted after Stop() are refused (Post returns false) and destroyed unrun.
+// Tasks run one at a time, in order; RunHereOrPost may run one on the caller's thread.
 #ifndef HETPS_COMMON_TASK_THREAD_H_
 #define HETPS_COMMON_TASK_THREAD_H_
 
@@ -26,6 +27,10 @@ class TaskThread {
   TaskThread& operator=(const TaskThread&) = delete;
 
   bool Post(absl::AnyInvocable<void()> task);
+  // Runs `task` on the calling thread when this TaskThread is idle (nothing queued or running),
+  // which spares waking it; otherwise posts it. Either way tasks never overlap and keep their
+  // order. False (task unrun) after Stop().
+  bool RunHereOrPost(absl::AnyInvocable<void()> task);
   // Runs the tasks already posted, then ends the thread. Idempotent.
   // REQUIRES: not called from one of this thread's own tasks.
   void Stop();
@@ -38,6 +43,7 @@ class TaskThread {
   const std::string name_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // a task runs, here or on a caller's thread
   std::deque<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

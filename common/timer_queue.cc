@@ -1,5 +1,7 @@
 #include "common/timer_queue.h"
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 
 namespace hetps {
@@ -17,7 +19,8 @@ TimerQueue::~TimerQueue() {
 TimerQueue::TimerId TimerQueue::Schedule(absl::Time when, absl::AnyInvocable<void()> callback) {
   absl::MutexLock lock(&mu_);
   TimerId id = next_id_++;
-  if (timers_.empty() || when < timers_.begin()->first.first) ++wakeups_;
+  if (when < sleeps_until_) ++wakeups_;
+  last_scheduled_ = absl::Now();
   timers_.emplace(Key{when, id}, std::move(callback));
   deadlines_.emplace(id, when);
   return id;
@@ -37,8 +40,11 @@ bool TimerQueue::Cancel(TimerId id) {
 void TimerQueue::Run() {
   mu_.Lock();
   while (!stopping_) {
+    const absl::Time now = absl::Now();
     absl::Time next = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
-    if (absl::Now() < next) {
+    if (now < next) {
+      if (now - last_scheduled_ < kIdle) next = std::min(next, now + kTick);
+      sleeps_until_ = next;
       const uint64_t seen = wakeups_;
       auto woken = [this, seen]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wakeups_ != seen; };

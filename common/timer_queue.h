@@ -7,6 +7,11 @@
 // Thread-safe. Callbacks run one at a time on the timer thread, without the queue's lock held,
 // so they may schedule or cancel timers; they should be short (hand long work elsewhere).
 // Destruction stops the thread; timers that have not fired by then are dropped unrun.
+//
+// Most timers are deadlines that get cancelled long before they are due, one per call: while
+// timers come and go, the thread wakes at least every kTick by itself, so scheduling a timer due
+// after its next wake-up costs no thread wake-up (a futex call and a context switch per call
+// otherwise). After kIdle without a timer it sleeps until the next one.
 #ifndef HETPS_COMMON_TIMER_QUEUE_H_
 #define HETPS_COMMON_TIMER_QUEUE_H_
 
@@ -42,13 +47,18 @@ class TimerQueue {
  private:
   using Key = std::pair<absl::Time, TimerId>;
 
+  static constexpr absl::Duration kTick = absl::Milliseconds(50);
+  static constexpr absl::Duration kIdle = absl::Seconds(2);
+
   void Run();
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   TimerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Bumped whenever the earliest deadline moves earlier, to wake the thread.
+  // Bumped to wake the thread: a timer is due before the thread would wake by itself.
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time sleeps_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_scheduled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<Key, absl::AnyInvocable<void()>> timers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TimerId, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

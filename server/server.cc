@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/runtime.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
 
@@ -33,6 +34,7 @@ absl::Status ValidateOptions(const ServerOptions& options) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOptions& options) {
+  ConfigureRuntime();
   HETPS_RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<ShardServer> server(new ShardServer());
   if (options.transport_instance != nullptr) {

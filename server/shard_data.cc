@@ -11,6 +11,9 @@
 #include "server/shard.h"
 
 namespace hetps::server {
+
+// Requests over partitions of at most this many bytes may run on the receiving thread.
+constexpr uint64_t kRunHereBytes = 64 << 10;
 namespace {
 
 // The version a push-pull returns: BSP waits for the step it pushed to be applied; ASP returns
@@ -171,33 +174,40 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
 
   // One task per owner thread, carrying that thread's items in request order.
   std::vector<std::vector<size_t>> by_owner(owners_.size());
+  uint64_t elements = 0;
   for (size_t slot = 0; slot < items->size(); ++slot) {
     by_owner[(*items)[slot].partition->owner()].push_back(slot);
+    elements += (*items)[slot].partition->num_elements();
   }
+  // A small request is handled on the receiving thread when its owners are idle: waking an
+  // owner thread would cost more than the update itself.
+  const bool run_here = elements * sizeof(float) <= kRunHereBytes;
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     if (by_owner[owner].empty()) continue;
-    const bool posted = owners_[owner]->Post(
-        [pending, shared_items, call, slots = std::move(by_owner[owner])]() mutable {
-          for (size_t slot : slots) {
-            DataItem& item = (*shared_items)[slot];
-            if (call.push) {
-              absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
-                                                         item.format, std::move(item.gradient));
-              if (!pushed.ok()) {
-                pending->Fail(pushed);
-                return;
-              }
-            }
-            if (call.pull) {
-              const uint64_t wanted =
-                  call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
-              item.partition->Pull(wanted, item.pull_format, pending, slot);
-            } else {
-              pending->CompleteItem(slot);
-            }
+    absl::AnyInvocable<void()> task = [pending, shared_items, call,
+                                       slots = std::move(by_owner[owner])]() mutable {
+      for (size_t slot : slots) {
+        DataItem& item = (*shared_items)[slot];
+        if (call.push) {
+          absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
+                                                     item.format, std::move(item.gradient));
+          if (!pushed.ok()) {
+            pending->Fail(pushed);
+            return;
           }
-        });
+        }
+        if (call.pull) {
+          const uint64_t wanted =
+              call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+          item.partition->Pull(wanted, item.pull_format, pending, slot);
+        } else {
+          pending->CompleteItem(slot);
+        }
+      }
+    };
+    const bool posted = run_here ? owners_[owner]->RunHereOrPost(std::move(task))
+                                 : owners_[owner]->Post(std::move(task));
     if (!posted) {
       pending->Fail(absl::UnavailableError(
           absl::StrFormat("shard %d is shutting down", options_.shard_index)));

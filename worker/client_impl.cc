@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/partitioning.h"
+#include "common/runtime.h"
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
@@ -567,12 +568,14 @@ void ClientImpl::Shutdown() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
+  ConfigureRuntime();
   HETPS_RETURN_IF_ERROR(ValidateOptions(options));
   std::shared_ptr<transport::Transport> transport = options.transport_instance;
   if (transport == nullptr) {
     transport::TransportOptions transport_options;
     transport_options.max_message_bytes = options.max_message_bytes;
     transport_options.ucx_net_devices = options.ucx_net_devices;
+    transport_options.ucx_busy_poll = options.ucx_busy_poll;
     HETPS_ASSIGN_OR_RETURN(transport,
                            transport::CreateTransport(options.transport, transport_options));
   }

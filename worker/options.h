@@ -48,6 +48,8 @@ struct ClientOptions {
   std::shared_ptr<transport::Transport> transport_instance;
   // UCX: network devices ("auto": lo for shards on loopback addresses, UCX's choice otherwise).
   std::string ucx_net_devices = "auto";
+  // UCX: spin instead of sleeping when idle, for the lowest latency (costs a CPU core).
+  bool ucx_busy_poll = false;
 
   // Every message to a shard must be answered within this time, or its operation fails with
   // DeadlineExceeded. A shard that cannot be reached is retried until then. In BSP a pull waits

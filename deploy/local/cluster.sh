@@ -4,7 +4,8 @@
 # stops the shards. Ports are picked by the shards and printed.
 #
 #   deploy/local/cluster.sh [--build_dir build] [--shards 2] [--workers 2] [--steps 30]
-#                           [--sync bsp|asp]
+#                           [--sync bsp|asp] [--transport ucx|grpc]
+# The transport defaults to UCX where hetps is built with it.
 set -euo pipefail
 
 build_dir=build
@@ -12,6 +13,7 @@ shards=2
 workers=2
 steps=30
 sync=bsp
+transport=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build_dir) build_dir=$2; shift 2 ;;
@@ -19,7 +21,8 @@ while [ $# -gt 0 ]; do
     --workers) workers=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --sync) sync=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --transport) transport=(--transport "$2"); shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +52,7 @@ trap cleanup EXIT
 for ((i = 0; i < shards; i++)); do
   # --lifetime_s: the shards end by themselves even if this script is killed.
   "$server" --host 127.0.0.1 --port 0 --port_file "$run_dir/port$i" --shard_index "$i" \
-    --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 \
+    --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 "${transport[@]}" \
     >"$run_dir/shard$i.log" 2>&1 &
   server_pids+=($!)
 done
@@ -79,7 +82,7 @@ worker_pids=()
 for ((r = 0; r < workers; r++)); do
   # Output goes through sed for a prefix; $! is still the worker, so its exit code counts.
   "$worker" --servers "$servers" --rank "$r" --world_size "$workers" --steps "$steps" \
-    --sync "$sync" > >(sed -u "s/^/[worker $r] /") 2>&1 &
+    --sync "$sync" "${transport[@]}" > >(sed -u "s/^/[worker $r] /") 2>&1 &
   worker_pids+=($!)
 done
 status=0

@@ -17,6 +17,13 @@ using testing::BinaryPath;
 using testing::ReadFile;
 using testing::Subprocess;
 
+// The transports ps-bench measures by default: every one of the build.
+#ifdef HETPS_HAVE_UCX
+const std::vector<std::string> kTransports = {"grpc", "ucx"};
+#else
+const std::vector<std::string> kTransports = {"grpc"};
+#endif
+
 std::vector<std::string> TinySweep(const std::string& json) {
   return {BinaryPath("bench/ps-bench"),
           "-b",
@@ -72,7 +79,12 @@ TEST(PsBenchTest, EmbeddedSweepChecksEveryValueAndWritesJson) {
   args.push_back("--plot=" + dir.path() + "/out.svg");
   Subprocess bench(args, dir.path() + "/log");
   ASSERT_EQ(bench.Wait(absl::Seconds(120)), 0) << ReadFile(dir.path() + "/log");
-  EXPECT_EQ(ValidateJson(ReadFile(json), 3 * 2), 0);  // push, pull, pushpull x 4K, 64K
+  // push, pull, pushpull x 4K, 64K, over every transport of the build.
+  EXPECT_EQ(ValidateJson(ReadFile(json), 3 * 2 * kTransports.size()), 0);
+  for (const std::string& transport : kTransports) {
+    EXPECT_NE(ReadFile(json).find("\"transport\": \"" + transport + "\""), std::string::npos)
+        << transport;
+  }
   EXPECT_NE(ReadFile(dir.path() + "/log").find("pushpull"), std::string::npos);
   EXPECT_NE(ReadFile(dir.path() + "/out.csv").find("floor_gbps"), std::string::npos);
   EXPECT_NE(ReadFile(dir.path() + "/out.svg").find("</svg>"), std::string::npos);
@@ -86,21 +98,23 @@ TEST(PsBenchTest, DamagedRepliesAreCountedAsWrongAndFailTheRun) {
   args.push_back("--test_corrupt_replies_every=7");
   Subprocess bench(args, dir.path() + "/log");
   EXPECT_EQ(bench.Wait(absl::Seconds(120)), 1) << ReadFile(dir.path() + "/log");
-  EXPECT_GT(ValidateJson(ReadFile(json), 3 * 2), 0);
+  EXPECT_GT(ValidateJson(ReadFile(json), 3 * 2 * kTransports.size()), 0);
   EXPECT_NE(ReadFile(dir.path() + "/log").find("were wrong"), std::string::npos);
 }
 
-TEST(PsBenchTest, TwoBenchmarkProcessesMeasureOneCluster) {
+class PsBenchClusterTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsBenchClusterTest, TwoBenchmarkProcessesMeasureOneCluster) {
   testing::LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  ASSERT_TRUE(cluster.Start(2, 2, {"--transport=" + GetParam()}).ok());
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
     workers.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{BinaryPath("bench/ps-bench"),
-                                 "--servers=" + cluster.servers_flag(),
-                                 absl::StrCat("--rank=", rank), "--world_size=2", "--op=pushpull",
-                                 "-b", "64K", "-e", "64K", "--iterations=20", "--check",
-                                 absl::StrCat("--json=", cluster.dir(), "/rank", rank, ".json")},
+        std::vector<std::string>{
+            BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(),
+            absl::StrCat("--rank=", rank), "--world_size=2", "--op=pushpull",
+            "--transport=" + GetParam(), "-b", "64K", "-e", "64K", "--iterations=20", "--check",
+            absl::StrCat("--json=", cluster.dir(), "/rank", rank, ".json")},
         absl::StrCat(cluster.dir(), "/rank", rank, ".log")));
   }
   for (int rank = 0; rank < 2; ++rank) {
@@ -115,6 +129,9 @@ TEST(PsBenchTest, TwoBenchmarkProcessesMeasureOneCluster) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Transports, PsBenchClusterTest, ::testing::ValuesIn(kTransports),
+                         [](const auto& info) { return info.param; });
+
 TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
   testing::ScopedTempDir dir;
   Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=127.0.0.1:1", "--timeout_s=2"},
@@ -128,11 +145,14 @@ TEST(PsBenchTest, RefusesWhatItCannotDo) {
   for (const auto& [flag, words] : std::vector<std::pair<std::string, std::string>>{
            {"--optimizer=adam", "--check"},  // with --check below
            {"--pin=3-1", "--pin"},
-           {"--transport=ucx", "UCX"},
+           {"--transport=rdma", "--transport is all or one of"},
            {"-b=3", "whole number"},  // fp32 elements are 4 bytes
-           {"--inflight=9", "--inflight"}}) {
+           {"--inflight=9", "--inflight"},
+           {"--servers=127.0.0.1:1", "one transport per run"}}) {
     testing::ScopedTempDir dir;
-    Subprocess bench({BinaryPath("bench/ps-bench"), "--check", flag}, dir.path() + "/log");
+    // --transport=all is refused only with --servers; elsewhere it is the embedded default.
+    Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--transport=all", flag},
+                     dir.path() + "/log");
     EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2) << flag;
     EXPECT_NE(ReadFile(dir.path() + "/log").find(words), std::string::npos)
         << flag << ": " << ReadFile(dir.path() + "/log");

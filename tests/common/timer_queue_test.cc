@@ -1,6 +1,7 @@
 #include "common/timer_queue.h"
 
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -77,6 +78,48 @@ TEST(TaskThreadTest, RunsTasksInOrderAndDrainsOnStop) {
   }
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+// RunHereOrPost runs a task on the caller's thread only when nothing else is queued or
+// running; from several threads at once, tasks never overlap and each thread's keep their order.
+TEST(TaskThreadTest, RunHereOrPostRunsOnTheCallerWhenIdleAndNeverOverlaps) {
+  TaskThread thread("test");
+  std::thread::id ran_on;
+  ASSERT_TRUE(thread.RunHereOrPost([&] { ran_on = std::this_thread::get_id(); }));
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // idle: ran right here
+
+  // While a posted task holds the thread, the next one is queued behind it.
+  absl::Notification release;
+  std::atomic<bool> second_ran{false};
+  ASSERT_TRUE(thread.Post([&] { release.WaitForNotification(); }));
+  ASSERT_TRUE(thread.RunHereOrPost([&] { second_ran = true; }));
+  EXPECT_FALSE(second_ran.load());  // not run here: it waits its turn
+  release.Notify();
+
+  constexpr int kThreads = 4, kTasks = 2000;
+  std::atomic<int> running{0}, overlaps{0};
+  std::vector<std::vector<int>> seen(kThreads);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kThreads; ++t) {
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < kTasks; ++i) {
+        thread.RunHereOrPost([&, t, i] {
+          if (running.fetch_add(1) != 0) ++overlaps;
+          seen[t].push_back(i);
+          running.fetch_sub(1);
+        });
+      }
+    });
+  }
+  for (auto& caller : callers) caller.join();
+  thread.Stop();
+  EXPECT_TRUE(second_ran.load());
+  EXPECT_EQ(overlaps.load(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_EQ(seen[t].size(), static_cast<size_t>(kTasks));
+    for (int i = 0; i < kTasks; ++i) ASSERT_EQ(seen[t][i], i);
+  }
+  EXPECT_FALSE(thread.RunHereOrPost([] {}));
 }
 
 }  // namespace

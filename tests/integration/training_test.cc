@@ -1,5 +1,7 @@
-// End to end with real processes on 127.0.0.1 over gRPC: ps-server shards and the example
-// training job (worker/examples/linear_regression) as separate worker processes.
+// End to end with real processes on 127.0.0.1: ps-server shards and the example training job
+// (worker/examples/linear_regression) as separate worker processes. Every test runs once per
+// transport: gRPC, UCX (shared memory between the local processes) and UCX forced onto TCP with
+// UCX_TLS, as UCX's own tests do.
 #include <signal.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -16,6 +19,7 @@
 #include "optimizer/registry.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/transports.h"
 #include "worker/client.h"
 #include "worker/examples/linreg_model.h"
 
@@ -61,24 +65,55 @@ float FinalLoss(const std::string& log) {
   return std::stof(log.substr(at + 11));
 }
 
-// Starts `world_size` example workers; worker r logs to <dir>/worker<r>.log.
-std::vector<std::unique_ptr<Subprocess>> StartWorkers(const LocalCluster& cluster, int world_size,
-                                                      int steps, const std::string& sync,
-                                                      const std::vector<std::string>& extra = {}) {
-  std::vector<std::unique_ptr<Subprocess>> workers;
-  for (int r = 0; r < world_size; ++r) {
-    std::vector<std::string> args =
-        WorkerArgs(cluster, r, world_size, steps, sync, absl::StrCat(cluster.dir(), "/model", r));
-    args.insert(args.end(), extra.begin(), extra.end());
-    workers.push_back(
-        std::make_unique<Subprocess>(args, absl::StrCat(cluster.dir(), "/worker", r, ".log")));
-  }
-  return workers;
-}
-
 std::string WorkerLog(const LocalCluster& cluster, int rank) {
   return ReadFile(absl::StrCat(cluster.dir(), "/worker", rank, ".log"));
 }
+
+// The transport under test: "grpc", "ucx" or "ucx-tcp".
+class TrainingTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // "grpc" or "ucx", as ps-server's and the example's --transport take it.
+  std::string TransportFlag() const {
+    return "--transport=" + std::string(GetParam() == "grpc" ? "grpc" : "ucx");
+  }
+  // The processes' environment: UCX limited to TCP for "ucx-tcp"; logs that name the lanes.
+  std::vector<std::string> Environment() const {
+    if (GetParam() == "ucx-tcp") return {"UCX_TLS=tcp", "HETPS_LOG_LEVEL=info"};
+    return {"HETPS_LOG_LEVEL=info"};
+  }
+
+  absl::Status StartCluster(int num_shards, int num_workers) {
+    return cluster_.Start(num_shards, num_workers, {TransportFlag()}, Environment());
+  }
+
+  // Starts `world_size` example workers; worker r logs to <dir>/worker<r>.log.
+  std::vector<std::unique_ptr<Subprocess>> StartWorkers(
+      int world_size, int steps, const std::string& sync,
+      const std::vector<std::string>& extra = {}) {
+    std::vector<std::unique_ptr<Subprocess>> workers;
+    for (int r = 0; r < world_size; ++r) {
+      std::vector<std::string> args = WorkerArgs(cluster_, r, world_size, steps, sync,
+                                                 absl::StrCat(cluster_.dir(), "/model", r));
+      args.push_back(TransportFlag());
+      args.insert(args.end(), extra.begin(), extra.end());
+      workers.push_back(std::make_unique<Subprocess>(
+          args, absl::StrCat(cluster_.dir(), "/worker", r, ".log"), Environment()));
+    }
+    return workers;
+  }
+
+  // Options for a client in this process, over the transport under test.
+  ClientOptions InProcessClientOptions(uint32_t rank = 0, uint32_t world_size = 1) const {
+    ClientOptions options;
+    options.servers = cluster_.addresses();
+    options.rank = rank;
+    options.world_size = world_size;
+    options.transport_instance = testing::NewTestTransport(GetParam());
+    return options;
+  }
+
+  LocalCluster cluster_;
+};
 
 // The same training in one process: the workers' gradients summed in rank order, then SGD.
 std::vector<float> SingleProcessReference(int world_size, int steps) {
@@ -103,33 +138,40 @@ std::vector<float> SingleProcessReference(int world_size, int steps) {
   return w;
 }
 
-TEST(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 3).ok());
+TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
+  ASSERT_TRUE(StartCluster(2, 3).ok());
   const int steps = 60;
-  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(cluster, 3, steps, "bsp");
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, steps, "bsp");
   for (int r = 0; r < 3; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
   }
   const std::vector<float> reference = SingleProcessReference(3, steps);
   for (int r = 0; r < 3; ++r) {
-    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
     ASSERT_EQ(model.size(), reference.size());
     for (size_t i = 0; i < model.size(); ++i) {
       ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
           << "worker " << r << " element " << i;
     }
-    EXPECT_LT(FinalLoss(WorkerLog(cluster, r)), 1e-3) << WorkerLog(cluster, r);
+    EXPECT_LT(FinalLoss(WorkerLog(cluster_, r)), 1e-3) << WorkerLog(cluster_, r);
+    // The bytes went the way the parameter says: the log names the lanes UCX chose.
+    const std::string log = WorkerLog(cluster_, r);
+    if (GetParam() != "grpc") {
+      const std::string want = GetParam() == "ucx" ? "/memory" : "tcp/lo";
+      EXPECT_TRUE(absl::StrContains(log, "ucx: connected to") && absl::StrContains(log, want))
+          << "no " << want << " lane in\n"
+          << log;
+      EXPECT_FALSE(absl::StrContains(log, "tcp/eth")) << log;
+    }
   }
 }
 
-TEST(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 3).ok());
-  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(cluster, 3, 60, "asp");
+TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
+  ASSERT_TRUE(StartCluster(2, 3).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, 60, "asp");
   for (int r = 0; r < 3; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
-    EXPECT_LT(FinalLoss(WorkerLog(cluster, r)), 1e-3) << WorkerLog(cluster, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+    EXPECT_LT(FinalLoss(WorkerLog(cluster_, r)), 1e-3) << WorkerLog(cluster_, r);
   }
 }
 
@@ -178,19 +220,18 @@ float MaxRelativeDifference(const std::vector<float>& got, const std::vector<flo
   return worst;
 }
 
-TEST(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2).ok());
+TEST_P(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) {
+  ASSERT_TRUE(StartCluster(2, 2).ok());
   const int steps = 40;
-  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(
-      cluster, 2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--weight_decay=0.01"});
+  std::vector<std::unique_ptr<Subprocess>> workers =
+      StartWorkers(2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--weight_decay=0.01"});
   for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
   }
   const std::vector<float> reference =
       SingleProcessReference(2, steps, "adam", {{"lr", 0.05}, {"weight_decay", 0.01}});
   for (int r = 0; r < 2; ++r) {
-    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
     ASSERT_EQ(model.size(), reference.size());
     EXPECT_LE(MaxRelativeDifference(model, reference), 1e-5) << "worker " << r;
   }
@@ -199,20 +240,19 @@ TEST(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) 
 // bf16 gradients carry 8 significant bits: training still converges, to within
 // kBf16Tolerance (relative, per weight) of the fp32 run. The figure is documented in the
 // README's section on wire types.
-TEST(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
+TEST_P(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
   constexpr float kBf16Tolerance = 0.005f;
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2).ok());
+  ASSERT_TRUE(StartCluster(2, 2).ok());
   const int steps = 60;
-  std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(
-      cluster, 2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--push_dtype=bf16"});
+  std::vector<std::unique_ptr<Subprocess>> workers =
+      StartWorkers(2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--push_dtype=bf16"});
   for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
   }
   const std::vector<float> fp32 = SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});
   const examples::LinregProblem problem{kDim, kSamples};
   const std::vector<float> truth = examples::TrueModel(problem);
-  const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", 0));
+  const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model", 0));
   ASSERT_EQ(model.size(), fp32.size());
   const float difference = MaxRelativeDifference(model, fp32);
   std::printf("bf16 gradients: max relative difference to the fp32 run %.5f\n", difference);
@@ -222,15 +262,11 @@ TEST(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
   EXPECT_LE(MaxRelativeDifference(model, truth), 0.1f);
 }
 
-TEST(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2).ok());
+TEST_P(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
+  ASSERT_TRUE(StartCluster(2, 2).ok());
   std::unique_ptr<Client> clients[2];
   for (uint32_t r = 0; r < 2; ++r) {
-    ClientOptions options;
-    options.servers = cluster.addresses();
-    options.rank = r;
-    options.world_size = 2;
+    ClientOptions options = InProcessClientOptions(r, 2);
     options.partition_bytes = 1 << 16;
     auto client = Client::Create(options);
     ASSERT_TRUE(client.ok()) << client.status();
@@ -263,11 +299,9 @@ TEST(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
   }
 }
 
-TEST(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 1).ok());
-  ClientOptions options;
-  options.servers = cluster.addresses();
+TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
+  ASSERT_TRUE(StartCluster(2, 1).ok());
+  ClientOptions options = InProcessClientOptions();
   options.call_timeout = absl::Seconds(120);
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -329,28 +363,129 @@ void ExpectDeadlineFailure(Subprocess& worker, const LocalCluster& cluster, int 
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
-TEST(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 3).ok());
+TEST_P(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
+  ASSERT_TRUE(StartCluster(2, 3).ok());
   std::vector<std::unique_ptr<Subprocess>> workers =
-      StartWorkers(cluster, 3, 100000, "bsp", {"--call_timeout_s=2"});
-  ASSERT_TRUE(WaitForVersion(cluster, 3, 3));
+      StartWorkers(3, 100000, "bsp", {"--call_timeout_s=2"});
+  ASSERT_TRUE(WaitForVersion(cluster_, 3, 3));
   workers[2]->Signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster, r);
+  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster_, r);
   // The shards are still alive and serving.
-  EXPECT_TRUE(cluster.shard(0).running());
-  EXPECT_TRUE(cluster.shard(1).running());
+  EXPECT_TRUE(cluster_.shard(0).running());
+  EXPECT_TRUE(cluster_.shard(1).running());
 }
 
-TEST(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2).ok());
+TEST_P(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
+  ASSERT_TRUE(StartCluster(2, 2).ok());
   std::vector<std::unique_ptr<Subprocess>> workers =
-      StartWorkers(cluster, 2, 100000, "bsp", {"--call_timeout_s=2"});
-  ASSERT_TRUE(WaitForVersion(cluster, 2, 3));
-  cluster.shard(1).Signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster, r);
+      StartWorkers(2, 100000, "bsp", {"--call_timeout_s=2"});
+  ASSERT_TRUE(WaitForVersion(cluster_, 2, 3));
+  cluster_.shard(1).Signal(SIGKILL);
+  for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster_, r);
 }
+
+// A worker killed while it pushes 64 MiB tensors (messages in flight, large payloads half
+// received): the shard keeps serving the others.
+TEST_P(TrainingTest, WorkerKilledMidTransferLeavesTheShardServing) {
+  ASSERT_TRUE(StartCluster(1, 1).ok());
+  Subprocess pusher({BinaryPath("bench/ps-bench"), "--servers=" + cluster_.servers_flag(),
+                     TransportFlag(), "--op=push", "--sync=asp", "--optimizer=sgd", "-b", "64M",
+                     "-e", "64M", "--warmup=0", "--iterations=100000"},
+                    cluster_.dir() + "/pusher.log", Environment());
+  ClientOptions options = InProcessClientOptions();
+  options.call_timeout = absl::Seconds(5);
+  auto observer = Client::Create(options);
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  uint64_t pushed = 0;
+  while (pushed < 3 && absl::Now() < give_up && pusher.running()) {
+    auto stats = (*observer)->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    pushed = (*stats)[0].push_items;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(pushed, 3u) << ReadFile(cluster_.dir() + "/pusher.log");
+  pusher.Signal(SIGKILL);
+  ASSERT_TRUE(pusher.Wait(absl::Seconds(10)).has_value());
+
+  // Another worker declares, pushes and pulls as usual.
+  TensorSpec spec;
+  spec.name = "after";
+  spec.num_elements = 1 << 20;
+  spec.sync = SyncMode::kAsp;
+  spec.optimizer = {"sgd", {{"lr", 1.0}}};
+  std::vector<float> initial(spec.num_elements, 3.0f), gradient(spec.num_elements, 1.0f),
+      back(spec.num_elements);
+  auto id = (*observer)->Declare(spec, initial);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE((*observer)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  EXPECT_EQ(back.front(), 2.0f);
+  EXPECT_EQ(back.back(), 2.0f);
+  EXPECT_TRUE(cluster_.shard(0).running()) << ReadFile(cluster_.shard_log(0));
+}
+
+// A shard killed and started again on its port while a client is connected: the client's calls
+// fail (no hang) until it has found the new process; the tensor, declared again, works again.
+TEST_P(TrainingTest, ClientCarriesOnWithARestartedShard) {
+  ASSERT_TRUE(StartCluster(2, 1).ok());
+  ClientOptions options = InProcessClientOptions();
+  options.partition_bytes = 4096;  // the tensor spans both shards
+  options.call_timeout = absl::Seconds(2);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorSpec spec;
+  spec.name = "w";
+  spec.num_elements = 10000;
+  spec.optimizer = {"sgd", {{"lr", 0.5}}};
+  std::vector<float> initial(spec.num_elements), back(spec.num_elements);
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] = static_cast<float>(i);
+  absl::StatusOr<TensorId> id = (*client)->Declare(spec, initial);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+
+  cluster_.shard(1).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(cluster_.Restart(1).ok()) << ReadFile(cluster_.shard_log(1));
+
+  // The new process has no tensors: until the client reaches it, Declare fails with a
+  // connection error; then it succeeds and the tensor holds the declared values again.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    const absl::Time attempt = absl::Now();
+    id = (*client)->Declare(spec, initial);
+    ASSERT_LT(absl::Now() - attempt, absl::Seconds(10)) << "Declare hangs";
+    if (id.ok()) break;
+    EXPECT_TRUE(id.status().code() == absl::StatusCode::kUnavailable ||
+                id.status().code() == absl::StatusCode::kDeadlineExceeded)
+        << id.status();
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < give_up);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::fill(back.begin(), back.end(), -1.0f);
+  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  EXPECT_EQ(back, initial);
+  std::vector<float> gradient(spec.num_elements, 1.0f);
+  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], initial[i] - 0.5f) << i;
+}
+
+TEST_P(TrainingTest, ShardRefusesABusyPort) {
+  ASSERT_TRUE(StartCluster(1, 1).ok());
+  const std::string port = cluster_.addresses()[0].substr(cluster_.addresses()[0].rfind(':') + 1);
+  Subprocess second({BinaryPath("server/ps-server"), "--port=" + port, TransportFlag()},
+                    cluster_.dir() + "/second.txt");
+  EXPECT_EQ(second.Wait(absl::Seconds(30)), 1) << ReadFile(cluster_.dir() + "/second.txt");
+}
+
+TEST_P(TrainingTest, ShardStopsOnSigterm) {
+  ASSERT_TRUE(StartCluster(1, 1).ok());
+  cluster_.shard(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster_.shard(0).Wait(absl::Seconds(10)), 0) << ReadFile(cluster_.shard_log(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, TrainingTest,
+                         ::testing::ValuesIn(testing::TransportsUnderTest({})),
+                         [](const auto& info) { return testing::TestName(info.param); });
 
 TEST(PsServerTest, HelpDocumentsEveryFlag) {
   testing::ScopedTempDir temp;
@@ -358,9 +493,10 @@ TEST(PsServerTest, HelpDocumentsEveryFlag) {
   Subprocess help({BinaryPath("server/ps-server"), "--help"}, dir + "/help.txt");
   ASSERT_TRUE(help.Wait(absl::Seconds(30)).has_value());
   const std::string text = ReadFile(dir + "/help.txt");
-  for (const char* flag : {"--host", "--port ", "--port_file", "--shard_index", "--num_shards",
-                           "--num_workers", "--job_id", "--threads", "--max_message_bytes",
-                           "--max_pending_steps", "--max_wait_s", "--lifetime_s"}) {
+  for (const char* flag :
+       {"--host", "--port ", "--port_file", "--shard_index", "--num_shards", "--num_workers",
+        "--job_id", "--threads", "--max_message_bytes", "--max_pending_steps", "--max_wait_s",
+        "--lifetime_s", "--transport", "--ucx_net_devices", "--ucx_busy_poll"}) {
     EXPECT_NE(text.find(flag), std::string::npos) << flag << " is not in --help:\n" << text;
   }
 }
@@ -373,22 +509,6 @@ TEST(PsServerTest, RefusesInconsistentFlagsWithAClearMessage) {
   EXPECT_EQ(server.Wait(absl::Seconds(30)), 1);
   EXPECT_NE(ReadFile(dir + "/out.txt").find("shard_index 2 is out of range"), std::string::npos)
       << ReadFile(dir + "/out.txt");
-}
-
-TEST(PsServerTest, BusyPortIsAnError) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1).ok());
-  const std::string port = cluster.addresses()[0].substr(cluster.addresses()[0].rfind(':') + 1);
-  Subprocess second({BinaryPath("server/ps-server"), "--port=" + port},
-                    cluster.dir() + "/second.txt");
-  EXPECT_EQ(second.Wait(absl::Seconds(30)), 1) << ReadFile(cluster.dir() + "/second.txt");
-}
-
-TEST(PsServerTest, StopsOnSigterm) {
-  LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1).ok());
-  cluster.shard(0).Signal(SIGTERM);
-  EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(10)), 0) << ReadFile(cluster.shard_log(0));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tests/testing/local_cluster.h"
 
+#include <cstdio>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -11,38 +12,65 @@
 namespace hetps::testing {
 
 absl::Status LocalCluster::Start(int num_shards, int num_workers,
-                                 const std::vector<std::string>& extra_flags) {
+                                 const std::vector<std::string>& extra_flags,
+                                 const std::vector<std::string>& env) {
   if (dir().empty()) return absl::InternalError("cannot make a temporary directory");
+  num_shards_ = num_shards;
+  num_workers_ = num_workers;
+  extra_flags_ = extra_flags;
+  env_ = env;
+  shards_.resize(num_shards);
+  addresses_.resize(num_shards);
   for (int i = 0; i < num_shards; ++i) {
-    std::vector<std::string> argv = {BinaryPath("server/ps-server"),
-                                     "--host=127.0.0.1",
-                                     "--port=0",
-                                     absl::StrCat("--port_file=", dir(), "/port", i),
-                                     absl::StrCat("--shard_index=", i),
-                                     absl::StrCat("--num_shards=", num_shards),
-                                     absl::StrCat("--num_workers=", num_workers),
-                                     "--threads=2",
-                                     "--lifetime_s=300"};
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    shards_.push_back(std::make_unique<Subprocess>(argv, shard_log(i)));
-    if (!shards_.back()->started()) return absl::InternalError("cannot start ps-server");
+    if (absl::Status started = StartShard(i); !started.ok()) return started;
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (int i = 0; i < num_shards; ++i) {
-    int port = 0;
-    while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(absl::StrCat(dir(), "/port", i))),
-                             &port)) {
-      if (!shards_[i]->running()) {
-        return absl::InternalError(absl::StrCat("shard ", i, " exited: ", ReadFile(shard_log(i))));
-      }
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("shard ", i, " did not start"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    addresses_.push_back(absl::StrCat("127.0.0.1:", port));
+    if (absl::Status listening = AwaitPort(i, deadline); !listening.ok()) return listening;
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartShard(int i) {
+  // A restarted shard takes the port it had; a new one picks a free port.
+  std::string port = "0";
+  if (!addresses_[i].empty()) port = addresses_[i].substr(addresses_[i].rfind(':') + 1);
+  std::remove(absl::StrCat(dir(), "/port", i).c_str());
+  std::vector<std::string> argv = {BinaryPath("server/ps-server"),
+                                   "--host=127.0.0.1",
+                                   "--port=" + port,
+                                   absl::StrCat("--port_file=", dir(), "/port", i),
+                                   absl::StrCat("--shard_index=", i),
+                                   absl::StrCat("--num_shards=", num_shards_),
+                                   absl::StrCat("--num_workers=", num_workers_),
+                                   "--threads=2",
+                                   "--lifetime_s=300"};
+  argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  shards_[i] = std::make_unique<Subprocess>(argv, shard_log(i), env_);
+  if (!shards_[i]->started()) return absl::InternalError("cannot start ps-server");
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::AwaitPort(int i, absl::Time deadline) {
+  int port = 0;
+  while (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(absl::StrCat(dir(), "/port", i))),
+                           &port)) {
+    if (!shards_[i]->running()) {
+      return absl::InternalError(absl::StrCat("shard ", i, " exited: ", ReadFile(shard_log(i))));
+    }
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("shard ", i, " did not start"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  addresses_[i] = absl::StrCat("127.0.0.1:", port);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Restart(int i) {
+  shards_[i].reset();  // ends it if it still runs
+  if (absl::Status started = StartShard(i); !started.ok()) return started;
+  return AwaitPort(i, absl::Now() + absl::Seconds(30));
 }
 
 LocalCluster::~LocalCluster() {

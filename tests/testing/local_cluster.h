@@ -17,9 +17,13 @@ class LocalCluster {
  public:
   ~LocalCluster();
 
-  // Starts the shards and waits (bounded) until all listen.
+  // Starts the shards and waits (bounded) until all listen. `env` ("NAME=value") goes to the
+  // shards' environment (e.g. UCX_TLS).
   absl::Status Start(int num_shards, int num_workers,
-                     const std::vector<std::string>& extra_flags = {});
+                     const std::vector<std::string>& extra_flags = {},
+                     const std::vector<std::string>& env = {});
+  // Starts shard i again, on the port it had (after it was killed).
+  absl::Status Restart(int i);
 
   const std::vector<std::string>& addresses() const { return addresses_; }
   // "a:1,b:2", as --servers takes it.
@@ -29,7 +33,12 @@ class LocalCluster {
   const std::string& dir() const { return dir_.path(); }
 
  private:
+  absl::Status StartShard(int i);
+  absl::Status AwaitPort(int i, absl::Time deadline);
+
   ScopedTempDir dir_;
+  int num_shards_ = 0, num_workers_ = 0;
+  std::vector<std::string> extra_flags_, env_;
   std::vector<std::unique_ptr<Subprocess>> shards_;
   std::vector<std::string> addresses_;
 };

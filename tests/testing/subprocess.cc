@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -41,10 +43,23 @@ std::string ReadFile(const std::string& path) {
   return buffer.str();
 }
 
-Subprocess::Subprocess(const std::vector<std::string>& argv, const std::string& output_path) {
+Subprocess::Subprocess(const std::vector<std::string>& argv, const std::string& output_path,
+                       const std::vector<std::string>& env) {
   std::vector<char*> args;
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
+  // The child's environment, built before fork (the child may only exec).
+  // A variable in `env` replaces the inherited one of that name.
+  std::vector<char*> envp;
+  for (char** var = environ; *var != nullptr; ++var) {
+    const std::string_view inherited(*var);
+    const std::string_view name = inherited.substr(0, inherited.find('=') + 1);
+    bool replaced = false;
+    for (const std::string& mine : env) replaced = replaced || mine.rfind(name, 0) == 0;
+    if (!replaced) envp.push_back(*var);
+  }
+  for (const std::string& var : env) envp.push_back(const_cast<char*>(var.c_str()));
+  envp.push_back(nullptr);
   const pid_t parent = getpid();
   pid_ = fork();
   if (pid_ == 0) {
@@ -57,7 +72,7 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::string& 
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     _exit(127);
   }
 }

@@ -38,8 +38,11 @@ class ScopedTempDir {
 
 class Subprocess {
  public:
-  // Starts argv[0] with the given arguments; stdout and stderr go to `output_path`.
-  Subprocess(const std::vector<std::string>& argv, const std::string& output_path);
+  // Starts argv[0] with the given arguments; stdout and stderr go to `output_path`. `env`
+  // ("NAME=value") is added to this process's environment for the child, replacing variables of
+  // the same names.
+  Subprocess(const std::vector<std::string>& argv, const std::string& output_path,
+             const std::vector<std::string>& env = {});
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;

@@ -249,6 +249,36 @@ TEST_P(TransportTest, PayloadsAroundTheRendezvousThresholdArriveWhole) {
   }
 }
 
+// Large responses to calls from several threads at once, each into a sink of many pieces: every
+// byte lands in its own caller's piece (a transport must keep the pieces' list alive until the
+// bytes are in).
+TEST_P(TransportTest, ConcurrentLargeResponsesLandInTheirCallersSinks) {
+  constexpr int kThreads = 4, kCalls = 16, kPieces = 8;
+  constexpr size_t kSize = 768 << 10;
+  std::atomic<int> good{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCalls; ++i) {
+        std::vector<uint8_t> out(kSize), back(kSize, 0);
+        for (size_t k = 0; k < kSize; ++k) out[k] = static_cast<uint8_t>(k * 7 + t * 13 + i);
+        Request request = MakeRequest(kEcho, "sink");
+        request.payload = Payload::Borrow(out);
+        const size_t piece = kSize / kPieces;
+        for (int p = 0; p < kPieces; ++p) {
+          request.response_sink.push_back(absl::MakeSpan(back.data() + p * piece, piece));
+        }
+        absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+        if (response.ok() && response->payload.ToString() == std::string(out.begin(), out.end())) {
+          ++good;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), kThreads * kCalls);
+}
+
 TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {
   std::vector<uint8_t> big(5 << 20, 7);
   Request request = MakeRequest(kEcho, "");
@@ -317,6 +347,39 @@ TEST_P(TransportTest, ListeningTwiceOnOneAddressFails) {
   auto second = transport_->Listen(listener_->address(), &other);
   EXPECT_FALSE(second.ok());
 }
+
+#ifdef HETPS_HAVE_UCX
+// A UCX listener serves gRPC clients on its port too (workers of a gRPC-only build); a UCX
+// client facing a gRPC-only listener gets an error that says so, at once.
+TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
+  TestHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
+  auto listener = ucx->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto grpc = NewGrpcTransport({});
+  auto connection = grpc->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  absl::StatusOr<Response> response = CallAndWait(**connection, MakeRequest(kEcho, "over grpc"));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->header, "over grpc");
+  (*connection)->Shutdown();
+  (*listener)->Shutdown();
+
+  auto grpc_only = grpc->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(grpc_only.ok());
+  const absl::Time start = absl::Now();
+  auto ucx_connection = ucx->Connect((*grpc_only)->address(), absl::Now() + absl::Seconds(10));
+  absl::Status outcome = ucx_connection.status();
+  if (ucx_connection.ok()) {
+    // Connections may bootstrap lazily: then the first call fails.
+    outcome = CallAndWait(**ucx_connection, MakeRequest(kEcho, "x", absl::Seconds(5))).status();
+  }
+  EXPECT_EQ(outcome.code(), absl::StatusCode::kUnavailable) << outcome;
+  EXPECT_NE(outcome.message().find("does not serve UCX"), absl::string_view::npos) << outcome;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  (*grpc_only)->Shutdown();
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
                          ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),

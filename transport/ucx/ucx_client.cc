@@ -60,6 +60,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
     Payload payload;
     TimerQueue::TimerId timer = 0;
     absl::Status cancelled;  // why it was cancelled, if it was
+    // UCX reads the list of destination pieces until the receive completes.
+    std::vector<ucp_dt_iov_t> pieces;
   };
   ucp_ep_h ep = nullptr;
   bool lanes_logged = false;
@@ -67,6 +69,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   absl::flat_hash_map<uint64_t, Receiving> receiving;                     // by call
 
   void StartBootstrap();
+  // Calls the server's bootstrap method over gRPC; `then` gets the answer if this still lives.
+  void CallBootstrap(const hetps::v1::UcxBootstrapRequest& message, absl::Duration timeout,
+                     void (ClientCore::*then)(absl::StatusOr<Response>));
   void OnBootstrapped(absl::StatusOr<Response> response);
   // After a call ran out of time: is the server still the one connected to? Without peer
   // failure detection (see CreateEndpoint) this is how a restarted or vanished server shows.
@@ -112,13 +117,22 @@ void ClientCore::StartBootstrap() {
   hetps::v1::UcxBootstrapRequest bootstrap_request;
   bootstrap_request.set_worker_address(worker->address());
   bootstrap_request.set_connection_id(local_id);
+  CallBootstrap(bootstrap_request, absl::Seconds(5), &ClientCore::OnBootstrapped);
+}
+
+void ClientCore::CallBootstrap(const hetps::v1::UcxBootstrapRequest& message,
+                               absl::Duration timeout,
+                               void (ClientCore::*then)(absl::StatusOr<Response>)) {
   Request request;
   request.method = kBootstrapMethod;
-  request.header = bootstrap_request.SerializeAsString();
-  request.deadline = absl::Now() + absl::Seconds(5);
-  bootstrap->Call(std::move(request), [weak = weak_from_this()](absl::StatusOr<Response> r) {
-    if (std::shared_ptr<ClientCore> core = weak.lock()) core->OnBootstrapped(std::move(r));
-  });
+  request.header = message.SerializeAsString();
+  request.deadline = absl::Now() + timeout;
+  bootstrap->Call(std::move(request),
+                  [weak = weak_from_this(), then](absl::StatusOr<Response> response) {
+                    if (std::shared_ptr<ClientCore> core = weak.lock()) {
+                      (core.get()->*then)(std::move(response));
+                    }
+                  });
 }
 
 void ClientCore::OnBootstrapped(absl::StatusOr<Response> response) {
@@ -126,6 +140,11 @@ void ClientCore::OnBootstrapped(absl::StatusOr<Response> response) {
   absl::Status status = response.status();
   if (status.ok() && !bootstrap_response.ParseFromString(response->header)) {
     status = absl::UnavailableError("malformed UCX bootstrap response");
+  }
+  if (status.code() == absl::StatusCode::kUnimplemented) {
+    status = absl::UnavailableError(
+        absl::StrCat("the server does not serve UCX (a shard started with --transport=grpc?): ",
+                     status.message()));
   }
   if (status.ok()) {
     const bool posted = worker->Post([core = shared_from_this(), bootstrap_response] {
@@ -147,13 +166,7 @@ void ClientCore::Probe() {
   }
   hetps::v1::UcxBootstrapRequest probe;
   probe.set_address_only(true);
-  Request request;
-  request.method = kBootstrapMethod;
-  request.header = probe.SerializeAsString();
-  request.deadline = absl::Now() + absl::Seconds(2);
-  bootstrap->Call(std::move(request), [weak = weak_from_this()](absl::StatusOr<Response> r) {
-    if (std::shared_ptr<ClientCore> core = weak.lock()) core->OnProbe(std::move(r));
-  });
+  CallBootstrap(probe, absl::Seconds(2), &ClientCore::OnProbe);
 }
 
 void ClientCore::OnProbe(absl::StatusOr<Response> response) {
@@ -273,7 +286,9 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
   ucp_request_param_t params = {};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  params.datatype = ucp_dt_make_iov();
+  // One piece is received as a contiguous buffer (IOV is slow over TCP in UCX 1.13).
+  const bool contiguous = iov.size() == 1;
+  params.datatype = contiguous ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
   params.user_data = target;
   params.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
     std::unique_ptr<Target> done(static_cast<Target*>(user_data));
@@ -286,8 +301,12 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
   entry.done = std::move(detached->done);
   entry.header = std::move(response.header);
   entry.payload = std::move(response.payload);
+  entry.pieces = std::move(iov);  // the heap array moves with it and stays where it is
   ucs_status_ptr_t request =
-      ucp_am_recv_data_nbx(worker->worker(), data, iov.data(), iov.size(), &params);
+      contiguous ? ucp_am_recv_data_nbx(worker->worker(), data, entry.pieces[0].buffer,
+                                        entry.pieces[0].length, &params)
+                 : ucp_am_recv_data_nbx(worker->worker(), data, entry.pieces.data(),
+                                        entry.pieces.size(), &params);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     params.cb.recv_am(nullptr, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request), length,
                       target);

@@ -148,29 +148,30 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
         absl::StrFormat("response of %d bytes exceeds the %d-byte message limit",
                         result->payload.size(), max_message_bytes));
   }
-  worker->Post([core = shared_from_this(), peer, call_id, result = std::move(result)]() mutable {
-    auto it = core->peers.find(peer);
-    if (it == core->peers.end()) return;  // the client is gone
-    hetps::v1::FrameHeader header;
-    header.set_call_id(call_id);
-    header.set_is_response(true);
-    header.set_connection_id(it->second.client_connection);
-    Payload payload;
-    if (result.ok()) {
-      header.set_header(std::move(result->header));
-      header.set_payload_bytes(result->payload.size());
-      payload = std::move(result->payload);
-    } else {
-      header.set_status_code(static_cast<int32_t>(result.status().code()));
-      header.set_status_message(std::string(result.status().message()));
-    }
-    SendFrame(*core->worker, it->second.ep, kResponseAm, header.SerializeAsString(),
-              std::move(payload), [](ucs_status_t status) {
-                if (status != UCS_OK) {
-                  LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
-                }
-              });
-  });
+  worker->RunOrPost(
+      [core = shared_from_this(), peer, call_id, result = std::move(result)]() mutable {
+        auto it = core->peers.find(peer);
+        if (it == core->peers.end()) return;  // the client is gone
+        hetps::v1::FrameHeader header;
+        header.set_call_id(call_id);
+        header.set_is_response(true);
+        header.set_connection_id(it->second.client_connection);
+        Payload payload;
+        if (result.ok()) {
+          header.set_header(std::move(result->header));
+          header.set_payload_bytes(result->payload.size());
+          payload = std::move(result->payload);
+        } else {
+          header.set_status_code(static_cast<int32_t>(result.status().code()));
+          header.set_status_message(std::string(result.status().message()));
+        }
+        SendFrame(*core->worker, it->second.ep, kResponseAm, header.SerializeAsString(),
+                  std::move(payload), [](ucs_status_t status) {
+                    if (status != UCS_OK) {
+                      LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
+                    }
+                  });
+      });
 }
 
 void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {

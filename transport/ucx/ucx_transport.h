@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/time/time.h"
 #include "transport/transport.h"
 
 namespace hetps::transport {
@@ -31,6 +32,9 @@ struct UcxOptions {
   // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
   // CPU).
   bool busy_poll = false;
+  // Otherwise the progress thread keeps polling this long after its last event before it
+  // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).
+  absl::Duration poll_before_sleep = absl::Microseconds(50);
   // Payloads from this many bytes on go by rendezvous (zero-copy); 0: UCX's choice.
   size_t rndv_threshold = 0;
 };

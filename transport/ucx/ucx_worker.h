@@ -13,8 +13,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +48,9 @@ class UcxWorker {
 
   // Runs `task` on the progress thread; false once stopping (the task is dropped).
   bool Post(absl::AnyInvocable<void()> task);
+  // Runs `task` at once when called on the progress thread (a reply sent from a request's
+  // handler), else posts it.
+  bool RunOrPost(absl::AnyInvocable<void()> task);
   // Runs `last` on the progress thread after the tasks already posted, then ends the thread
   // and releases UCX. Idempotent.
   void Stop(absl::AnyInvocable<void()> last = nullptr);
@@ -73,7 +76,10 @@ class UcxWorker {
 
   UcxWorker() = default;
   void Run();
-  void RunTasks();
+  // Runs what was posted; false if nothing was. Sets *stopping once Stop() was called (nothing
+  // can be posted after that).
+  bool RunTasks(bool* stopping);
+  void Wake();
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
 
@@ -90,7 +96,11 @@ class UcxWorker {
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  // Lock-free hints for the polling loop: something was posted (or Stop was called), and the
+  // progress thread sleeps in epoll (only then does Post write to the eventfd).
+  std::atomic<bool> news_{false};
+  std::atomic<bool> sleeping_{false};
   absl::AnyInvocable<void()> last_task_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
   std::string name_;

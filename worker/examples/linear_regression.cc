@@ -19,7 +19,11 @@ ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-i
 ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
 ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
-ABSL_FLAG(std::string, transport, "grpc", "grpc or ucx");
+#ifdef HETPS_HAVE_UCX
+ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
+#else
+ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
+#endif
 ABSL_FLAG(int, steps, 50, "Training steps");
 ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
 ABSL_FLAG(std::string, optimizer, "sgd",
