@@ -1,5 +1,5 @@
 // Process-wide settings hetps wants from its dependencies, applied once by every entry point
-// (the programs' command-line parsing, Client::Create, ShardServer::Start).
+// (Client::Create, ShardServer::Start).
 #ifndef HETPS_COMMON_RUNTIME_H_
 #define HETPS_COMMON_RUNTIME_H_
 

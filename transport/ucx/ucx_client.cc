@@ -286,9 +286,6 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
   ucp_request_param_t params = {};
   params.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  // One piece is received as a contiguous buffer (IOV is slow over TCP in UCX 1.13).
-  const bool contiguous = iov.size() == 1;
-  params.datatype = contiguous ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
   params.user_data = target;
   params.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
     std::unique_ptr<Target> done(static_cast<Target*>(user_data));
@@ -302,11 +299,10 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
   entry.header = std::move(response.header);
   entry.payload = std::move(response.payload);
   entry.pieces = std::move(iov);  // the heap array moves with it and stays where it is
+  const UcxBuffer destination = DescribePieces(entry.pieces);
+  params.datatype = destination.datatype;
   ucs_status_ptr_t request =
-      contiguous ? ucp_am_recv_data_nbx(worker->worker(), data, entry.pieces[0].buffer,
-                                        entry.pieces[0].length, &params)
-                 : ucp_am_recv_data_nbx(worker->worker(), data, entry.pieces.data(),
-                                        entry.pieces.size(), &params);
+      ucp_am_recv_data_nbx(worker->worker(), data, destination.buffer, destination.count, &params);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     params.cb.recv_am(nullptr, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request), length,
                       target);

@@ -174,13 +174,13 @@ ucs_status_t UcxWorker::OnAm(void* arg, const void* header, size_t header_length
 
 bool UcxWorker::RunTasks(bool* stopping) {
   if (!news_.exchange(false)) return false;
-  std::vector<absl::AnyInvocable<void()>> tasks;
   {
     absl::MutexLock lock(&mu_);
-    tasks.swap(tasks_);
+    running_.swap(tasks_);  // both keep their capacity: no allocation per wake-up
     *stopping = stopping_;
   }
-  for (auto& task : tasks) task();
+  for (auto& task : running_) task();
+  running_.clear();
   return true;
 }
 
@@ -274,6 +274,12 @@ Payload UcxWorker::Buffer(size_t bytes, uint8_t** data) {
   return Payload::Shared(ByteSpan(*data, bytes), std::move(owner));
 }
 
+UcxBuffer DescribePieces(std::vector<ucp_dt_iov_t>& pieces) {
+  if (pieces.empty()) return {ucp_dt_make_contig(1), nullptr, 0};
+  if (pieces.size() == 1) return {ucp_dt_make_contig(1), pieces[0].buffer, pieces[0].length};
+  return {ucp_dt_make_iov(), pieces.data(), pieces.size()};
+}
+
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
                Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
@@ -290,10 +296,8 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string
   ucp_request_param_t param = {};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  // One piece goes as a contiguous buffer: UCX 1.13 sends IOV data over TCP through a slow
-  // path (a quarter of the contiguous bandwidth). No payload is an empty contiguous buffer.
-  const bool contiguous = state->iov.size() <= 1;
-  param.datatype = contiguous ? ucp_dt_make_contig(1) : ucp_dt_make_iov();
+  const UcxBuffer buffer = DescribePieces(state->iov);
+  param.datatype = buffer.datatype;
   param.user_data = state;
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     auto* sent = static_cast<SendState*>(user_data);
@@ -301,13 +305,8 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string
     delete sent;
     ucp_request_free(request);
   };
-  const void* buffer = state->iov.empty() ? nullptr
-                       : contiguous       ? state->iov[0].buffer
-                                          : static_cast<const void*>(state->iov.data());
-  const size_t count =
-      contiguous ? (state->iov.empty() ? 0 : state->iov[0].length) : state->iov.size();
-  ucs_status_ptr_t request =
-      ucp_am_send_nbx(ep, am_id, state->header.data(), state->header.size(), buffer, count, &param);
+  ucs_status_ptr_t request = ucp_am_send_nbx(ep, am_id, state->header.data(), state->header.size(),
+                                             buffer.buffer, buffer.count, &param);
   if (request == nullptr || UCS_PTR_IS_ERR(request)) {
     state->done(request == nullptr ? UCS_OK : UCS_PTR_STATUS(request));
     delete state;
