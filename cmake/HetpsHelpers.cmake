@@ -11,9 +11,10 @@ set(HETPS_SANITIZER_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
                           -fno-sanitize-recover=undefined)
 
 function(hetps_apply_common_flags target)
-  target_compile_options(${target} PRIVATE ${HETPS_WARNINGS})
+  # C++ only: nvcc takes other flags (the CUDA sources are a few small kernels).
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HETPS_WARNINGS}>)
   if(HETPS_SANITIZE)
-    target_compile_options(${target} PRIVATE ${HETPS_SANITIZER_FLAGS})
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HETPS_SANITIZER_FLAGS}>)
     target_link_options(${target} PRIVATE ${HETPS_SANITIZER_FLAGS})
   endif()
 endfunction()

@@ -6,17 +6,17 @@
 
 include(CMakePackageConfigHelpers)
 
-set(HETPS_PUBLIC_HEADERS worker/client.h worker/options.h)
+set(HETPS_PUBLIC_HEADERS worker/client.h worker/options.h worker/device_client.h worker/local_group.h)
 foreach(header ${HETPS_PUBLIC_HEADERS})
   get_filename_component(dir ${header} DIRECTORY)
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/hetps/${dir})
 endforeach()
 
 # The client is a static library; the internal libraries it is built from travel with it.
-foreach(library client transport common proto)
+foreach(library client device_client transport common proto)
   set_target_properties(hetps_${library} PROPERTIES EXPORT_NAME ${library})
 endforeach()
-install(TARGETS hetps_client hetps_transport hetps_common hetps_proto
+install(TARGETS hetps_client hetps_device_client hetps_transport hetps_common hetps_proto
   EXPORT hetpsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT hetpsTargets NAMESPACE hetps:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)

@@ -6,11 +6,16 @@
 #ifndef HETPS_COMMON_COMMAND_LINE_H_
 #define HETPS_COMMON_COMMAND_LINE_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 namespace hetps {
 
-void ParseCommandLine(int argc, char** argv, absl::string_view main_file, absl::string_view usage);
+// `more_files`: other files (by name) whose flags --help lists too.
+void ParseCommandLine(int argc, char** argv, absl::string_view main_file, absl::string_view usage,
+                      std::vector<std::string> more_files = {});
 
 }  // namespace hetps
 

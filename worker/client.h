@@ -68,8 +68,9 @@ class ConstTensorView {
   ConstTensorView() = default;
   ConstTensorView(absl::Span<const float> values)  // NOLINT: implicit by design
       : data_(values.data()), size_(values.size()), dtype_(DType::kFp32) {}
-  template <typename Container, typename = std::enable_if_t<std::is_convertible_v<
-                                    const Container&, absl::Span<const float>>>>
+  template <
+      typename Container,
+      typename = std::enable_if_t<std::is_convertible_v<const Container&, absl::Span<const float>>>>
   ConstTensorView(const Container& values)  // NOLINT: implicit by design
       : ConstTensorView(absl::Span<const float>(values)) {}
   static ConstTensorView Bf16(absl::Span<const uint16_t> bits) {
@@ -97,8 +98,8 @@ class TensorView {
   TensorView() = default;
   TensorView(absl::Span<float> values)  // NOLINT: implicit by design
       : data_(values.data()), size_(values.size()), dtype_(DType::kFp32) {}
-  template <typename Container, typename = std::enable_if_t<
-                                    std::is_convertible_v<Container&, absl::Span<float>>>>
+  template <typename Container,
+            typename = std::enable_if_t<std::is_convertible_v<Container&, absl::Span<float>>>>
   TensorView(Container& values)  // NOLINT: implicit by design
       : TensorView(absl::Span<float>(values)) {}
   static TensorView Bf16(absl::Span<uint16_t> bits) {
@@ -119,14 +120,34 @@ class TensorView {
   DType dtype_ = DType::kFp32;
 };
 
+// A run of a tensor's partitions: [first, first + count). The default is the whole tensor. A
+// caller that moves a tensor piece by piece (staging through device memory) pushes or pulls
+// runs of partitions; Client::Partitions() says where each one begins.
+struct PartitionSpan {
+  static constexpr uint32_t kAll = ~uint32_t{0};
+  uint32_t first = 0;
+  uint32_t count = kAll;  // kAll: through the last partition
+};
+
+// Where one partition of a declared tensor lies.
+struct TensorPartition {
+  uint64_t begin = 0;  // first element
+  uint64_t size = 0;   // elements
+  uint32_t shard = 0;  // the shard that holds it
+};
+
 struct PushItem {
   TensorId tensor = 0;
-  ConstTensorView gradient;  // the tensor's num_elements values
+  // The tensor's num_elements values, or, with `partitions`, the values of those partitions.
+  ConstTensorView gradient;
+  PartitionSpan partitions;
 };
 
 struct PullItem {
   TensorId tensor = 0;
-  TensorView weights;  // receives the tensor's num_elements values
+  // Receives the tensor's num_elements values, or those of `partitions`.
+  TensorView weights;
+  PartitionSpan partitions;
 };
 
 class Client {
@@ -145,6 +166,12 @@ class Client {
   // are the ones kept. Blocking.
   virtual absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
                                            absl::Span<const float> initial_values = {}) = 0;
+
+  // The options the client was created with.
+  virtual const ClientOptions& options() const = 0;
+
+  // How a declared tensor is cut into partitions (NotFound if this client did not declare it).
+  virtual absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) = 0;
 
   // Pushes the gradients of `step` (BSP: computed from the weights of version `step`).
   virtual Operation Push(absl::Span<const PushItem> gradients, uint64_t step,
@@ -180,18 +207,18 @@ class Client {
   // One-tensor forms of the calls above.
   Operation Push(TensorId tensor, ConstTensorView gradient, uint64_t step,
                  DoneCallback done = nullptr) {
-    const PushItem item{tensor, gradient};
+    const PushItem item{tensor, gradient, {}};
     return Push(absl::MakeConstSpan(&item, 1), step, std::move(done));
   }
   Operation Pull(TensorId tensor, TensorView weights, uint64_t min_version = 0,
                  DoneCallback done = nullptr) {
-    const PullItem item{tensor, weights};
+    const PullItem item{tensor, weights, {}};
     return Pull(absl::MakeConstSpan(&item, 1), min_version, std::move(done));
   }
   Operation PushPull(TensorId tensor, ConstTensorView gradient, TensorView weights, uint64_t step,
                      DoneCallback done = nullptr) {
-    const PushItem push{tensor, gradient};
-    const PullItem pull{tensor, weights};
+    const PushItem push{tensor, gradient, {}};
+    const PullItem pull{tensor, weights, {}};
     return PushPull(absl::MakeConstSpan(&push, 1), absl::MakeConstSpan(&pull, 1), step,
                     std::move(done));
   }

@@ -193,6 +193,31 @@ transport::Payload GradientPayload(const Piece& piece) {
   return transport::Payload::Shared(transport::ByteSpan(converted->data(), bytes), converted);
 }
 
+// The partitions a PartitionSpan selects, and where their elements begin.
+struct PartitionRun {
+  uint32_t first = 0;
+  uint32_t end = 0;  // one past the last
+  uint64_t begin = 0;
+  uint64_t elements = 0;
+};
+
+absl::StatusOr<PartitionRun> SelectPartitions(const DeclaredTensor& tensor, PartitionSpan span) {
+  const uint32_t total = tensor.layout.num_partitions();
+  if (span.first >= total || span.count == 0 ||
+      (span.count != PartitionSpan::kAll && span.count > total - span.first)) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("tensor '%s' has %d partitions; partitions %d..+%d were asked for",
+                        tensor.name, total, span.first, span.count));
+  }
+  PartitionRun run;
+  run.first = span.first;
+  run.end = span.count == PartitionSpan::kAll ? total : span.first + span.count;
+  run.begin = tensor.layout.partition(run.first).begin;
+  const PartitionRange last = tensor.layout.partition(run.end - 1);
+  run.elements = last.begin + last.size - run.begin;
+  return run;
+}
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport)
@@ -221,6 +246,8 @@ class ClientImpl final : public Client {
                      uint64_t step, DoneCallback done) override {
     return StartData(hetps::v1::METHOD_PUSH_PULL, gradients, weights, step, std::move(done));
   }
+  const ClientOptions& options() const override { return options_; }
+  absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) override;
   absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
                                   const std::map<std::string, double>& changes) override;
   absl::Status Barrier() override;
@@ -400,30 +427,39 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
           "push-pull: the weights must name the same tensors as the gradients, in order");
     }
     HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
+    const PartitionSpan span = push ? gradients[i].partitions : weights[i].partitions;
+    if (push && pull &&
+        (weights[i].partitions.first != span.first || weights[i].partitions.count != span.count)) {
+      return absl::InvalidArgumentError(
+          "push-pull: the weights must name the same partitions as the gradients");
+    }
+    HETPS_ASSIGN_OR_RETURN(const PartitionRun run, SelectPartitions(*tensor, span));
     const size_t given = push ? gradients[i].gradient.size() : weights[i].weights.size();
     const size_t other = push && pull ? weights[i].weights.size() : given;
-    if (given != tensor->num_elements || other != tensor->num_elements) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor '%s' has %d elements, %d were given", tensor->name,
-                          tensor->num_elements, given != tensor->num_elements ? given : other));
+    if (given != run.elements || other != run.elements) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tensor '%s': %d elements expected (partitions %d..%d of %d), %d were given",
+          tensor->name, run.elements, run.first, run.end - 1, tensor->layout.num_partitions(),
+          given != run.elements ? given : other));
     }
-    for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
+    for (uint32_t p = run.first; p < run.end; ++p) {
       const PartitionRange range = tensor->layout.partition(p);
+      const uint64_t offset = range.begin - run.begin;
       Piece piece{id, p, range.size};
       size_t element_bytes = 0;
       if (push) {
         const ConstTensorView& view = gradients[i].gradient;
         piece.gradient_format = FormatOf(view.dtype());
         piece.gradient = static_cast<const uint8_t*>(view.data()) +
-                         range.begin * BytesPerElement(piece.gradient_format);
+                         offset * BytesPerElement(piece.gradient_format);
         piece.push_format = tensor->push_format;
         element_bytes = BytesPerElement(piece.push_format);
       }
       if (pull) {
         const TensorView& view = weights[i].weights;
         piece.weights_format = FormatOf(view.dtype());
-        piece.weights = static_cast<uint8_t*>(view.data()) +
-                        range.begin * BytesPerElement(piece.weights_format);
+        piece.weights =
+            static_cast<uint8_t*>(view.data()) + offset * BytesPerElement(piece.weights_format);
         piece.pull_format = tensor->pull_format;
         element_bytes = std::max(element_bytes, BytesPerElement(piece.pull_format));
       }
@@ -501,6 +537,17 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
         std::move(sink));
   }
   return Operation(operation);
+}
+
+absl::StatusOr<std::vector<TensorPartition>> ClientImpl::Partitions(TensorId id) {
+  HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
+  std::vector<TensorPartition> partitions;
+  const auto num_shards = static_cast<uint32_t>(options_.servers.size());
+  for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
+    const PartitionRange range = tensor->layout.partition(p);
+    partitions.push_back({range.begin, range.size, ShardOfPartition(id, p, num_shards)});
+  }
+  return partitions;
 }
 
 absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,

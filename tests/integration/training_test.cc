@@ -166,6 +166,34 @@ TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining)
   }
 }
 
+// The device example (worker/examples/mlp_training) on the CPU: its tensors go through the
+// device client's staging pipeline on host memory, with partitions small enough that every step
+// moves many chunks.
+TEST_P(TrainingTest, MlpExampleTrainsThroughTheDeviceClientOnTheCpu) {
+  ASSERT_TRUE(StartCluster(2, 2).ok());
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{BinaryPath("worker/examples/mlp_training"),
+                                 "--servers=" + cluster_.servers_flag(), absl::StrCat("--rank=", r),
+                                 "--world_size=2", "--steps=150", "--device=cpu",
+                                 "--partition_bytes=1024", "--staging_mb=1", TransportFlag()},
+        absl::StrCat(cluster_.dir(), "/worker", r, ".log"), Environment()));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+    const std::string log = WorkerLog(cluster_, r);
+    const std::string first = absl::StrCat("worker ", r, " step 0 loss ");
+    const size_t at = log.find(first);
+    ASSERT_NE(at, std::string::npos) << log;
+    const float first_loss = std::stof(log.substr(at + first.size()));
+    EXPECT_LT(FinalLoss(log), 0.5f * first_loss) << log;
+    EXPECT_TRUE(absl::StrContains(log, "training on the CPU")) << log;
+    EXPECT_TRUE(absl::StrContains(log, "step 149 loss")) << log;
+    EXPECT_TRUE(absl::StrContains(log, "waited_on_ps_ms")) << log;
+  }
+}
+
 TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
   ASSERT_TRUE(StartCluster(2, 3).ok());
   std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, 60, "asp");

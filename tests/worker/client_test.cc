@@ -119,6 +119,46 @@ TEST_P(ClientTest, ManySmallTensorsArePackedIntoOneMessagePerShard) {
   EXPECT_FLOAT_EQ(back[0], -0.1f);
 }
 
+TEST_P(ClientTest, PartitionRunsMovedOneByOneEqualTheWholeTensor) {
+  StartCluster(2, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  const uint64_t n = 1000;  // 4 partitions of at most 256 elements
+  auto id = client->Declare(Spec("w", n));
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto partitions = client->Partitions(*id);
+  ASSERT_TRUE(partitions.ok()) << partitions.status();
+  ASSERT_EQ(partitions->size(), 4u);
+  EXPECT_EQ(partitions->back().begin + partitions->back().size, n);
+  EXPECT_NE((*partitions)[0].shard, (*partitions)[1].shard);
+  std::vector<float> gradient(n), weights(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) gradient[i] = static_cast<float>(i % 7) - 3.0f;
+  // Last partition first: each run is pushed and pulled on its own, from and into its slice.
+  std::vector<Operation> operations;
+  for (uint32_t p = 4; p-- > 0;) {
+    const TensorPartition& part = (*partitions)[p];
+    const PushItem push{*id, absl::MakeConstSpan(gradient).subspan(part.begin, part.size), {p, 1}};
+    const PullItem pull{*id, absl::MakeSpan(weights).subspan(part.begin, part.size), {p, 1}};
+    operations.push_back(client->PushPull({&push, 1}, {&pull, 1}, 0));
+  }
+  for (const Operation& op : operations) ASSERT_TRUE(op.Wait().ok()) << op.Wait();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(weights[i], -0.1f * gradient[i]) << i;
+  // A run of two partitions in the middle.
+  const uint64_t begin = (*partitions)[1].begin;
+  const uint64_t size = (*partitions)[1].size + (*partitions)[2].size;
+  std::vector<float> middle(size);
+  const PullItem pull{*id, absl::MakeSpan(middle), {1, 2}};
+  ASSERT_TRUE(client->Pull({&pull, 1}, 1).Wait().ok());
+  for (size_t i = 0; i < size; ++i) ASSERT_EQ(middle[i], weights[begin + i]) << i;
+
+  const PullItem past_the_end{*id, absl::MakeSpan(middle), {4, 1}};
+  EXPECT_EQ(client->Pull({&past_the_end, 1}).Wait().code(), absl::StatusCode::kOutOfRange);
+  const PullItem too_many{*id, absl::MakeSpan(middle), {3, 2}};
+  EXPECT_EQ(client->Pull({&too_many, 1}).Wait().code(), absl::StatusCode::kOutOfRange);
+  const PullItem wrong_size{*id, absl::MakeSpan(middle).subspan(1), {1, 2}};
+  EXPECT_EQ(client->Pull({&wrong_size, 1}).Wait().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->Partitions(*id + 1).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_P(ClientTest, CallbacksRunOnceAndOperationsReportDone) {
   StartCluster(1, 1);
   std::unique_ptr<Client> client = NewClient(0);

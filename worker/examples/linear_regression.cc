@@ -9,21 +9,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/command_line.h"
 #include "worker/client.h"
+#include "worker/examples/job_flags.h"
 #include "worker/examples/linreg_model.h"
 
-ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-index order");
-ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
-ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
-ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
-#ifdef HETPS_HAVE_UCX
-ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
-#else
-ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
-#endif
 ABSL_FLAG(int, steps, 50, "Training steps");
 ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
 ABSL_FLAG(std::string, optimizer, "sgd",
@@ -35,17 +25,12 @@ ABSL_FLAG(std::string, pull_dtype, "fp32", "How weights come back: fp32, bf16 or
 ABSL_FLAG(int, dim, 256, "Number of features");
 ABSL_FLAG(int, samples, 2048, "Samples per worker");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the synthetic problem");
-ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes (a multiple of 64)");
-ABSL_FLAG(double, call_timeout_s, 60, "Deadline of each message to a shard, in seconds");
 ABSL_FLAG(std::string, output, "",
           "If set, the final model (dim weights, then the bias) is written here as raw floats");
 
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
-  return 2;
-}
+using hetps::examples::Fail;
 
 absl::StatusOr<hetps::DType> ParseDType(const std::string& name) {
   if (name == "fp32") return hetps::DType::kFp32;
@@ -57,17 +42,10 @@ absl::StatusOr<hetps::DType> ParseDType(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hetps::ParseCommandLine(argc, argv, __FILE__,
-                          "Trains a linear regression through a hetps cluster.");
+  hetps::examples::ParseJobCommandLine(argc, argv, __FILE__,
+                                       "Trains a linear regression through a hetps cluster.");
 
-  hetps::ClientOptions options;
-  options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = absl::GetFlag(FLAGS_world_size);
-  options.job_id = absl::GetFlag(FLAGS_job_id);
-  options.transport = absl::GetFlag(FLAGS_transport);
-  options.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
-  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
+  const hetps::ClientOptions options = hetps::examples::ClientOptionsFromFlags();
   absl::StatusOr<std::unique_ptr<hetps::Client>> client = hetps::Client::Create(options);
   if (!client.ok()) return Fail(client.status());
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace hetps {
 namespace internal {
 
@@ -37,8 +39,18 @@ void OperationState::Finish() {
   done_ = true;
 }
 
+void OperationState::CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds) {
+  absl::MutexLock lock(&mu_);
+  wait_nanoseconds_ = std::move(nanoseconds);
+}
+
 absl::Status OperationState::Wait() {
   absl::MutexLock lock(&mu_);
+  if (wait_nanoseconds_ != nullptr && !done_) {
+    const absl::Time start = absl::Now();
+    mu_.Await(absl::Condition(&done_));
+    wait_nanoseconds_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
+  }
   mu_.Await(absl::Condition(&done_));
   return status_;
 }

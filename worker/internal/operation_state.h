@@ -6,7 +6,9 @@
 #ifndef HETPS_WORKER_INTERNAL_OPERATION_STATE_H_
 #define HETPS_WORKER_INTERNAL_OPERATION_STATE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -25,6 +27,8 @@ class OperationState {
   static Operation Failed(const absl::Status& status, DoneCallback done);
 
   void MessageDone(const absl::Status& status);
+  // Wait() adds the time it blocks to `nanoseconds` (the device client's waited-on-PS figure).
+  void CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
   absl::Status Wait();
   bool done();
 
@@ -36,6 +40,7 @@ class OperationState {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   DoneCallback callback_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<std::atomic<int64_t>> wait_nanoseconds_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps::internal

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU checks, for a machine with an NVIDIA GPU (under 5 minutes on 16 cores): builds with CUDA
+# and NCCL, runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
+# two-shard cluster, and measures staging overlap with ps-device-bench (256 MiB push+pull).
+#
+#   tests/gpu/run.sh            # BUILD_DIR (default build-gpu), JOBS (default: all cores)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build_dir=${BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+export HETPS_LOG_LEVEL=${HETPS_LOG_LEVEL:-warning}
+
+if ! nvidia-smi -L; then
+  echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi failed)" >&2
+  exit 2
+fi
+./deploy/install_deps.sh
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETPS_WITH_CUDA=ON \
+  -DHETPS_WITH_NCCL=ON -DHETPS_BUILD_EXAMPLES=ON >"$build_dir.configure.log" 2>&1 ||
+  { cat "$build_dir.configure.log"; exit 1; }
+cmake --build "$build_dir" -j"$jobs" --target gpu_test device_client_test mlp_training ps-server \
+  ps-device-bench
+
+echo "== GPU tests"
+out=$(HETPS_BINARY_DIR="$PWD/$build_dir" timeout 240 "$build_dir/tests/gpu_test" 2>&1) ||
+  { echo "$out"; exit 1; }
+echo "$out" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) +\]'
+if grep -q '^\[  SKIPPED \]' <<<"$out"; then
+  echo "tests/gpu/run.sh: GPU tests were skipped on a GPU machine" >&2
+  exit 1
+fi
+HETPS_BINARY_DIR="$PWD/$build_dir" timeout 120 "$build_dir/tests/device_client_test" \
+  --gtest_brief=1
+
+echo "== MLP example from GPU memory, 2 shards, 2 workers"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+for i in 0 1; do
+  "$build_dir/server/ps-server" --port 0 --port_file "$work/port$i" --shard_index "$i" \
+    --num_shards 2 --num_workers 2 --lifetime_s 120 >"$work/shard$i.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 100); do [ -s "$work/port0" ] && [ -s "$work/port1" ] && break; sleep 0.1; done
+servers="127.0.0.1:$(cat "$work/port0"),127.0.0.1:$(cat "$work/port1")"
+for rank in 0 1; do
+  timeout 120 "$build_dir/worker/examples/mlp_training" --servers "$servers" --rank "$rank" \
+    --world_size 2 --steps 200 --device=cuda --hidden 1024 --inputs 512 --batch 256 \
+    >"$work/worker$rank.log" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[2]}" && wait "${pids[3]}" || { cat "$work"/worker*.log; exit 1; }
+grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
+
+echo "== Staging overlap: 256 MiB push+pull"
+for transport in ucx grpc; do
+  timeout 180 "$build_dir/bench/ps-device-bench" --memory=cuda --bytes=268435456 --reps=5 \
+    --transport="$transport"
+done

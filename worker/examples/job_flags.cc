@@ -1,0 +1,51 @@
+#include "worker/examples/job_flags.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/command_line.h"
+
+ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-index order");
+ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
+ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
+ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
+#ifdef HETPS_HAVE_UCX
+ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
+#else
+ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
+#endif
+ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes (a multiple of 64)");
+ABSL_FLAG(double, call_timeout_s, 60, "Deadline of each message to a shard, in seconds");
+
+namespace hetps::examples {
+
+void ParseJobCommandLine(int argc, char** argv, absl::string_view main_file,
+                         absl::string_view usage) {
+  ParseCommandLine(argc, argv, main_file, usage, {"job_flags.cc"});
+}
+
+ClientOptions ClientOptionsFromFlags() {
+  ClientOptions options;
+  options.servers = absl::StrSplit(absl::GetFlag(FLAGS_servers), ',', absl::SkipEmpty());
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.transport = absl::GetFlag(FLAGS_transport);
+  options.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
+  // Room for a partition and its header, as the client requires.
+  options.max_message_bytes =
+      std::max<size_t>(options.max_message_bytes, options.partition_bytes + (1 << 20));
+  options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
+  return options;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 2;
+}
+
+}  // namespace hetps::examples
