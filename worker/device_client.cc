@@ -6,8 +6,12 @@
 #include <memory>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "common/task_thread.h"
 #include "worker/device/copy_engine.h"
 #include "worker/device/staging_pipeline.h"
 #include "worker/internal/operation_state.h"
@@ -31,7 +35,10 @@ class DeviceClientImpl final : public DeviceClient {
       : engine_(std::move(engine)), group_(std::move(group)) {}
 
   absl::Status Init(Client* client, const DeviceClientOptions& options) {
-    if (client == nullptr) return absl::OkStatus();  // a non-root rank: no staging
+    if (client == nullptr) {  // a non-root rank: no staging
+      completions_ = std::make_unique<TaskThread>("device-done");
+      return absl::OkStatus();
+    }
     const ClientOptions& client_options = client->options();
     HETPS_ASSIGN_OR_RETURN(
         pipeline_, StagingPipeline::Create(client, engine_.get(), client_options.partition_bytes,
@@ -40,7 +47,20 @@ class DeviceClientImpl final : public DeviceClient {
     return absl::OkStatus();
   }
 
-  ~DeviceClientImpl() override { pipeline_.reset(); }  // before the engine it copies with
+  ~DeviceClientImpl() override {
+    pipeline_.reset();  // before the engine it copies with
+    {
+      // Non-root ranks: the streams must pass their broadcasts (the completions need this).
+      absl::MutexLock lock(&mu_);
+      auto passed = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_on_streams_ == 0; };
+      while (!mu_.AwaitWithTimeout(absl::Condition(&passed), kDrainAllowance)) {
+        LogError("device client closing: %d operation(s) wait for their streams",
+                 pending_on_streams_);
+      }
+    }
+    completions_.reset();
+  }
 
   Operation PushPull(absl::Span<const DeviceItem> items, uint64_t step, GpuStream stream,
                      DoneCallback done) override {
@@ -68,6 +88,11 @@ class DeviceClientImpl final : public DeviceClient {
   const std::unique_ptr<CopyEngine> engine_;
   const std::shared_ptr<LocalGroup> group_;
   std::unique_ptr<StagingPipeline> pipeline_;  // null on a local group's non-root ranks
+  // Non-root ranks: operations end here, not on CUDA's callback thread (where callbacks could
+  // not call CUDA).
+  std::unique_ptr<TaskThread> completions_;
+  absl::Mutex mu_;
+  int pending_on_streams_ ABSL_GUARDED_BY(mu_) = 0;
   const std::shared_ptr<std::atomic<int64_t>> host_wait_nanoseconds_ =
       std::make_shared<std::atomic<int64_t>>(0);
 };
@@ -125,9 +150,24 @@ Operation DeviceClientImpl::Start(StagedMethod method, absl::Span<const DeviceIt
   if (pipeline_ == nullptr) {
     // A non-root rank: the broadcast itself waits for the root's weights.
     if (pulls) status = LocalStep(items, stream, /*reduce=*/false);
-    if (status.ok()) status = engine_->EndStreamWait(*shared_wait, stream);
+    const absl::Status ended = engine_->EndStreamWait(*shared_wait, stream);
+    if (status.ok()) status = ended;
     if (status.ok()) {
-      status = engine_->NotifyOnStream(stream, [operation] { operation->MessageDone({}); });
+      {
+        absl::MutexLock lock(&mu_);
+        ++pending_on_streams_;
+      }
+      status = engine_->NotifyOnStream(stream, [this, operation] {
+        completions_->Post([this, operation] {
+          operation->MessageDone({});
+          absl::MutexLock lock(&mu_);
+          --pending_on_streams_;
+        });
+      });
+      if (!status.ok()) {
+        absl::MutexLock lock(&mu_);
+        --pending_on_streams_;
+      }
     }
     shared_wait->Release();
     return status.ok() ? Operation(operation) : fail(status);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, for a machine with an NVIDIA GPU (under 5 minutes on 16 cores): builds with CUDA
-# and NCCL, runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
+# and NCCL (or takes gpu-bundle/ from tests/gpu/bundle.sh, for machines without hetps's Debian
+# packages), runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
 # two-shard cluster, and measures staging overlap with ps-device-bench (256 MiB push+pull).
 #
 #   tests/gpu/run.sh            # BUILD_DIR (default build-gpu), JOBS (default: all cores)
@@ -14,12 +15,32 @@ if ! nvidia-smi -L; then
   echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi failed)" >&2
   exit 2
 fi
-./deploy/install_deps.sh
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETPS_WITH_CUDA=ON \
-  -DHETPS_WITH_NCCL=ON -DHETPS_BUILD_EXAMPLES=ON >"$build_dir.configure.log" 2>&1 ||
-  { cat "$build_dir.configure.log"; exit 1; }
-cmake --build "$build_dir" -j"$jobs" --target gpu_test device_client_test mlp_training ps-server \
-  ps-device-bench
+if [ -d gpu-bundle/build ]; then
+  # Built elsewhere by tests/gpu/bundle.sh: its libraries, CUDA's from the toolkit or from the
+  # Python wheels (nvidia-*) where the toolkit lacks them.
+  build_dir=gpu-bundle/build
+  library_path="$PWD/gpu-bundle/lib:/usr/local/cuda/lib64"
+  for wheel in nccl cublas cuda_runtime; do
+    dir=$(python3 -c "import nvidia.$wheel as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+    [ -n "$dir" ] && library_path="$library_path:$dir/lib"
+  done
+  export LD_LIBRARY_PATH="$library_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UCX_MODULE_DIR="$PWD/gpu-bundle/lib/ucx"
+  if missing=$(ldd "$build_dir"/tests/gpu_test "$build_dir"/server/ps-server | grep 'not found'); then
+    echo "tests/gpu/run.sh: libraries missing for gpu-bundle/:" >&2
+    echo "$missing" >&2
+    exit 1
+  fi
+  echo "using gpu-bundle/ (built by tests/gpu/bundle.sh)"
+else
+  ./deploy/install_deps.sh
+  mkdir -p "$build_dir"
+  cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETPS_WITH_CUDA=ON \
+    -DHETPS_WITH_NCCL=ON -DHETPS_BUILD_EXAMPLES=ON >"$build_dir/configure.log" 2>&1 ||
+    { cat "$build_dir/configure.log"; exit 1; }
+  cmake --build "$build_dir" -j"$jobs" --target gpu_test device_client_test mlp_training \
+    ps-server ps-device-bench
+fi
 
 echo "== GPU tests"
 out=$(HETPS_BINARY_DIR="$PWD/$build_dir" timeout 240 "$build_dir/tests/gpu_test" 2>&1) ||

@@ -51,9 +51,9 @@ std::unique_ptr<DeviceClient> NewDeviceClient(Client* client, const DeviceClient
 
 class DeviceClientTest : public ::testing::TestWithParam<std::string> {};
 
-// Odd sizes (a partial partition, one element, many partitions, tensors sharing a slot), few
-// slots so chunks queue for them: the weights equal, bit for bit, those of the host client
-// doing the same steps on a twin set of tensors.
+// Odd sizes (a partial partition, one element, many partitions, tensors sharing a slot), one
+// tensor with 16-bit wire types, few slots so chunks queue for them: the weights equal, bit for
+// bit, those of the host client doing the same steps on a twin set of tensors.
 TEST_P(DeviceClientTest, StagedPushPullEqualsTheHostClientBitForBit) {
   auto cluster = TestCluster::Start(GetParam(), 2, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -66,8 +66,15 @@ TEST_P(DeviceClientTest, StagedPushPullEqualsTheHostClientBitForBit) {
   std::vector<TensorId> staged, direct;
   std::vector<std::vector<float>> gradients, staged_weights, direct_weights;
   for (size_t t = 0; t < sizes.size(); ++t) {
-    auto a = (*client)->Declare(Spec("staged" + std::to_string(t), sizes[t]));
-    auto b = (*client)->Declare(Spec("direct" + std::to_string(t), sizes[t]));
+    TensorSpec staged_spec = Spec("staged" + std::to_string(t), sizes[t]);
+    if (t == 5) {  // 16-bit on the wire: the client converts to and from the staging slots
+      staged_spec.push_dtype = DType::kBf16;
+      staged_spec.pull_dtype = DType::kFp16;
+    }
+    TensorSpec direct_spec = staged_spec;
+    direct_spec.name = "direct" + std::to_string(t);
+    auto a = (*client)->Declare(staged_spec);
+    auto b = (*client)->Declare(direct_spec);
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
     staged.push_back(*a);
     direct.push_back(*b);
@@ -203,6 +210,45 @@ TEST(DeviceClientPriorityTest, HigherPriorityPartitionsAreSentFirstAcrossCalls) 
   ASSERT_TRUE(op2.Wait().ok());
   EXPECT_EQ(recording.sent(), (std::vector<TensorId>{ids[0], ids[3], ids[2], ids[1]}));
   for (int t = 0; t < 4; ++t) EXPECT_EQ(weights[t], other_weights[t]) << t;
+}
+
+// Closing with work queued: what waits for a slot ends with Cancelled at once, what is on the
+// wire finishes, and the client underneath keeps working.
+TEST(DeviceClientCloseTest, ClosingEndsQueuedChunksAndWaitsForThoseInFlight) {
+  auto cluster = TestCluster::Start("inproc", 1, 2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto worker0 = (*cluster)->NewClient(0);
+  auto worker1 = (*cluster)->NewClient(1);
+  ASSERT_TRUE(worker0.ok() && worker1.ok());
+  std::unique_ptr<DeviceClient> device = NewDeviceClient(worker0->get(), HostOptions(2));
+  ASSERT_NE(device, nullptr);
+  const uint64_t n = 256;
+  std::vector<TensorId> ids;
+  for (const char* name : {"a", "b", "c"}) {
+    auto id = (*worker0)->Declare(Spec(name, n));
+    ASSERT_TRUE(id.ok() && (*worker1)->Declare(Spec(name, n)).ok());
+    ids.push_back(*id);
+  }
+  std::vector<std::vector<float>> grads(3, std::vector<float>(n, 1.0f)), weights = grads;
+  std::vector<DeviceItem> items;
+  for (int t = 0; t < 3; ++t) items.push_back({ids[t], grads[t].data(), weights[t].data(), n, 0});
+  Operation op = device->PushPull(items, 0, nullptr);  // "a" goes out and waits for worker 1
+  absl::SleepFor(absl::Milliseconds(50));
+  std::thread closing([&] { device.reset(); });
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(op.done());  // "a" is still on the wire
+  std::vector<float> other(n);
+  ASSERT_TRUE((*worker1)->PushPull(ids[0], grads[0], absl::MakeSpan(other), 0).Wait().ok());
+  closing.join();
+  EXPECT_EQ(op.Wait().code(), absl::StatusCode::kCancelled) << op.Wait();
+  EXPECT_EQ(weights[0], other);  // the chunk in flight landed
+  // "b" and "c" were never sent: the plain client can still push step 0 for them.
+  for (int t = 1; t < 3; ++t) {
+    for (auto* client : {worker0->get(), worker1->get()}) {
+      client->Push(ids[t], grads[t], 0);
+    }
+    ASSERT_TRUE((*worker0)->Pull(ids[t], absl::MakeSpan(weights[t]), 1).Wait().ok());
+  }
 }
 
 TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {

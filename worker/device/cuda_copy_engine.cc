@@ -74,8 +74,10 @@ class CudaCopyEngine final : public CopyEngine {
     }
     absl::MutexLock lock(&mu_);
     for (const Passed& passed : passed_) {
+      // The waits are released; a stream that has not yet read its word must before it is freed.
+      cudaEventSynchronize(passed.end != nullptr ? passed.end : passed.begin);
       cudaEventDestroy(passed.begin);
-      cudaEventDestroy(passed.end);
+      if (passed.end != nullptr) cudaEventDestroy(passed.end);
     }
     for (void* memory : pinned_) cudaFreeHost(memory);
     for (void* memory : device_memory_) cudaFree(memory);

@@ -63,20 +63,26 @@ StagingPipeline::StagingPipeline(Client* client, CopyEngine* engine, size_t slot
 }
 
 StagingPipeline::~StagingPipeline() {
+  // Chunks still waiting for a slot end at once; those in flight end by their messages'
+  // deadlines, and their completions need this object, so it waits for them.
+  Post([this] {
+    closing_ = true;
+    while (!waiting_.empty()) {
+      std::unique_ptr<Chunk> chunk = std::move(waiting_.begin()->second);
+      waiting_.erase(waiting_.begin());
+      Finish(std::move(chunk), absl::CancelledError("the device client is closing"),
+             /*slots_reusable=*/false);
+    }
+  });
   {
     absl::MutexLock lock(&mu_);
     auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return jobs_in_flight_ == 0; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&drained), drain_timeout_)) {
-      LogError("device client closed with %d operation(s) still in flight after %s",
-               jobs_in_flight_, absl::FormatDuration(drain_timeout_));
+    while (!mu_.AwaitWithTimeout(absl::Condition(&drained), drain_timeout_)) {
+      LogError("device client closing: %d operation(s) still in flight after %s", jobs_in_flight_,
+               absl::FormatDuration(drain_timeout_));
     }
   }
   thread_.Stop();
-}
-
-uint64_t StagingPipeline::slot_waits() const {
-  absl::MutexLock lock(&mu_);
-  return slot_waits_;
 }
 
 absl::StatusOr<std::vector<StagingPipeline::Chunk>> StagingPipeline::PlanChunks(
@@ -165,15 +171,11 @@ absl::Status StagingPipeline::Start(StagedMethod method, absl::Span<const Device
 }
 
 void StagingPipeline::Schedule() {
-  uint64_t waits = 0;
-  while (!waiting_.empty()) {
+  while (!waiting_.empty() && !closing_) {
     auto first = waiting_.begin();
     const StagedMethod method = first->second->job->method;
     const size_t needed = (Pushes(method) ? 1 : 0) + (Pulls(method) ? 1 : 0);
-    if (free_slots_.size() < needed) {
-      waits = waiting_.size();
-      break;
-    }
+    if (free_slots_.size() < needed) break;
     std::unique_ptr<Chunk> chunk = std::move(first->second);
     waiting_.erase(first);
     if (Pushes(method)) {
@@ -185,10 +187,6 @@ void StagingPipeline::Schedule() {
       free_slots_.pop_back();
     }
     Launch(std::move(chunk));
-  }
-  if (waits > 0) {
-    absl::MutexLock lock(&mu_);
-    slot_waits_ += waits;
   }
 }
 

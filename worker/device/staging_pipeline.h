@@ -42,7 +42,8 @@ class StagingPipeline {
                                                                  size_t slot_bytes,
                                                                  size_t num_slots,
                                                                  absl::Duration drain_timeout);
-  // Waits for the chunks in flight (each ends by its message's deadline), up to drain_timeout.
+  // Ends the chunks still waiting for a slot with Cancelled and waits for those in flight (each
+  // ends by its message's deadline), logging every drain_timeout while it waits.
   ~StagingPipeline();
 
   // Checks `items` and starts moving them; the copies start after `after`. `finished` runs once,
@@ -51,9 +52,6 @@ class StagingPipeline {
   absl::Status Start(StagedMethod method, absl::Span<const DeviceItem> items,
                      uint64_t step_or_version, std::shared_ptr<StreamPoint> after,
                      absl::AnyInvocable<void(const absl::Status&)> finished);
-
-  // How many times chunks had to wait for a free slot (for tests and tuning).
-  uint64_t slot_waits() const;
 
  private:
   // Consecutive partitions of one tensor inside a chunk.
@@ -107,11 +105,11 @@ class StagingPipeline {
   // Owned by thread_.
   std::vector<int> free_slots_;
   std::map<ChunkKey, std::unique_ptr<Chunk>> waiting_;
+  bool closing_ = false;
 
   mutable absl::Mutex mu_;
   uint64_t next_job_ ABSL_GUARDED_BY(mu_) = 0;
   size_t jobs_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t slot_waits_ ABSL_GUARDED_BY(mu_) = 0;
 
   TaskThread thread_{"staging"};
 };
