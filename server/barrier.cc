@@ -57,6 +57,11 @@ void BarrierCoordinator::Arrive(uint32_t rank, uint64_t generation, absl::Time d
   }
 }
 
+uint64_t BarrierCoordinator::completed() const {
+  absl::MutexLock lock(&mu_);
+  return completed_;
+}
+
 void BarrierCoordinator::Expire(uint32_t rank, uint64_t generation) {
   Arrival expired;
   size_t arrived = 0;

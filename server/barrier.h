@@ -30,6 +30,8 @@ class BarrierCoordinator {
               transport::ReplyCallback reply);
   // Answers every waiting worker with `status`.
   void FailAll(const absl::Status& status);
+  // The highest generation that completed (0 before the first).
+  uint64_t completed() const;
 
  private:
   struct Arrival {
@@ -42,7 +44,7 @@ class BarrierCoordinator {
 
   const uint32_t num_workers_;
   TimerQueue* const timers_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;  // highest generation that completed
   std::map<uint64_t, Generation> waiting_ ABSL_GUARDED_BY(mu_);
 };

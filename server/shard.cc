@@ -168,6 +168,7 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   response.set_num_shards(options_.num_shards);
   response.set_num_workers(options_.num_workers);
   response.set_max_message_bytes(options_.max_message_bytes);
+  response.set_barriers_completed(barrier_.completed());
   return HeaderResponse(response);
 }
 

@@ -194,7 +194,8 @@ class Client {
   virtual absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
                                           const std::map<std::string, double>& changes) = 0;
 
-  // Returns when every worker of the job has called Barrier as many times as this one.
+  // Returns when every worker of the job has called Barrier as many times as this one. A
+  // client created after the job passed some barriers (a restarted worker) joins the next one.
   virtual absl::Status Barrier() = 0;
 
   // Figures of every shard, in shard-index order.

@@ -321,6 +321,11 @@ absl::Status ClientImpl::Connect() {
           "shard %d accepts messages of up to %d bytes, too few for partitions of %d bytes", shard,
           hello.max_message_bytes(), options_.partition_bytes));
     }
+    if (shard == 0) {
+      // Shard 0 coordinates barriers: a restarted worker joins the job's next one.
+      absl::MutexLock lock(&mu_);
+      barrier_generation_ = hello.barriers_completed();
+    }
   }
   return absl::OkStatus();
 }

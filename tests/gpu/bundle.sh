@@ -33,6 +33,10 @@ for binary in "${binaries[@]}"; do ldd "$build_dir/$binary"; done |
   while read -r library; do
     strip -o "$bundle/lib/$(basename "$library")" "$library"
   done
+# The C++ runtime needs this machine's glibc (2.36); run.sh uses it only where the GPU machine's
+# own libstdc++ is too old for the binaries (GLIBCXX_3.4.29).
+mkdir -p "$bundle/lib/cxx"
+mv "$bundle"/lib/libstdc++.so.6 "$bundle"/lib/libgcc_s.so.1 "$bundle/lib/cxx/"
 # UCX loads its cross-memory-attach transport as a module.
 cp -L /usr/lib/x86_64-linux-gnu/ucx/libuct_cma.so.0 "$bundle/lib/ucx/"
 du -sh "$bundle"

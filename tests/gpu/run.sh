@@ -4,35 +4,56 @@
 # packages), runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
 # two-shard cluster, and measures staging overlap with ps-device-bench (256 MiB push+pull).
 #
-#   tests/gpu/run.sh            # BUILD_DIR (default build-gpu), JOBS (default: all cores)
+#   tests/gpu/run.sh     # on the GPU machine
+#
+# BUILD_DIR (default build-gpu) and JOBS (default: all cores) steer the build; NO_BUILD=1 uses
+# BUILD_DIR as it is; BUNDLE (default gpu-bundle; empty: never) names the prebuilt bundle.
+# DRY_RUN=1 runs every step without a GPU (tests skip, the example and the benchmark on the CPU):
+# the suite does that so the script keeps working.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build_dir=${BUILD_DIR:-build-gpu}
 jobs=${JOBS:-$(nproc)}
+bundle=${BUNDLE-gpu-bundle}
+dry_run=${DRY_RUN:-0}
 export HETPS_LOG_LEVEL=${HETPS_LOG_LEVEL:-warning}
-
-if ! nvidia-smi -L; then
+device=cuda
+memory=cuda
+bench_bytes=268435456
+mlp_size=(--hidden 1024 --inputs 512 --batch 256 --steps 200)
+if [ "$dry_run" = 1 ]; then
+  device=cpu
+  memory=host
+  bench_bytes=16777216
+  mlp_size=(--steps 50)
+elif ! nvidia-smi -L; then
   echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi failed)" >&2
   exit 2
 fi
-if [ -d gpu-bundle/build ]; then
+if [ -n "$bundle" ] && [ -d "$bundle/build" ]; then
   # Built elsewhere by tests/gpu/bundle.sh: its libraries, CUDA's from the toolkit or from the
   # Python wheels (nvidia-*) where the toolkit lacks them.
-  build_dir=gpu-bundle/build
-  library_path="$PWD/gpu-bundle/lib:/usr/local/cuda/lib64"
-  for wheel in nccl cublas cuda_runtime; do
-    dir=$(python3 -c "import nvidia.$wheel as m; print(list(m.__path__)[0])" 2>/dev/null || true)
-    [ -n "$dir" ] && library_path="$library_path:$dir/lib"
+  build_dir=$bundle/build
+  library_path="$PWD/$bundle/lib"
+  site=$(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null || true)
+  for library in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    # shellcheck disable=SC2086 # $site is a list of folders
+    found=$(find /usr/local/cuda/lib64/ $site -name "$library" 2>/dev/null | head -1 || true)
+    if [ -n "$found" ]; then library_path="$library_path:$(dirname "$found")"; fi
   done
+  system_cxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  if [ -z "$system_cxx" ] || ! grep -q GLIBCXX_3.4.29 "$system_cxx"; then
+    library_path="$library_path:$PWD/$bundle/lib/cxx"
+  fi
   export LD_LIBRARY_PATH="$library_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export UCX_MODULE_DIR="$PWD/gpu-bundle/lib/ucx"
+  export UCX_MODULE_DIR="$PWD/$bundle/lib/ucx"
   if missing=$(ldd "$build_dir"/tests/gpu_test "$build_dir"/server/ps-server | grep 'not found'); then
-    echo "tests/gpu/run.sh: libraries missing for gpu-bundle/:" >&2
+    echo "tests/gpu/run.sh: libraries missing for $bundle/:" >&2
     echo "$missing" >&2
     exit 1
   fi
-  echo "using gpu-bundle/ (built by tests/gpu/bundle.sh)"
-else
+  echo "using $bundle/ (built by tests/gpu/bundle.sh)"
+elif [ "${NO_BUILD:-0}" != 1 ]; then
   ./deploy/install_deps.sh
   mkdir -p "$build_dir"
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHETPS_WITH_CUDA=ON \
@@ -41,19 +62,20 @@ else
   cmake --build "$build_dir" -j"$jobs" --target gpu_test device_client_test mlp_training \
     ps-server ps-device-bench
 fi
+build_dir=$(cd "$build_dir" && pwd)
 
 echo "== GPU tests"
-out=$(HETPS_BINARY_DIR="$PWD/$build_dir" timeout 240 "$build_dir/tests/gpu_test" 2>&1) ||
+out=$(HETPS_BINARY_DIR="$build_dir" timeout 240 "$build_dir/tests/gpu_test" 2>&1) ||
   { echo "$out"; exit 1; }
 echo "$out" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) +\]'
-if grep -q '^\[  SKIPPED \]' <<<"$out"; then
+if [ "$dry_run" != 1 ] && grep -q '^\[  SKIPPED \]' <<<"$out"; then
   echo "tests/gpu/run.sh: GPU tests were skipped on a GPU machine" >&2
   exit 1
 fi
-HETPS_BINARY_DIR="$PWD/$build_dir" timeout 120 "$build_dir/tests/device_client_test" \
+HETPS_BINARY_DIR="$build_dir" timeout 120 "$build_dir/tests/device_client_test" \
   --gtest_brief=1
 
-echo "== MLP example from GPU memory, 2 shards, 2 workers"
+echo "== MLP example from $device memory, 2 shards, 2 workers"
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -70,15 +92,15 @@ for _ in $(seq 100); do [ -s "$work/port0" ] && [ -s "$work/port1" ] && break; s
 servers="127.0.0.1:$(cat "$work/port0"),127.0.0.1:$(cat "$work/port1")"
 for rank in 0 1; do
   timeout 120 "$build_dir/worker/examples/mlp_training" --servers "$servers" --rank "$rank" \
-    --world_size 2 --steps 200 --device=cuda --hidden 1024 --inputs 512 --batch 256 \
+    --world_size 2 --device="$device" "${mlp_size[@]}" \
     >"$work/worker$rank.log" 2>&1 &
   pids+=($!)
 done
 wait "${pids[2]}" && wait "${pids[3]}" || { cat "$work"/worker*.log; exit 1; }
 grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
 
-echo "== Staging overlap: 256 MiB push+pull"
+echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
 for transport in ucx grpc; do
-  timeout 180 "$build_dir/bench/ps-device-bench" --memory=cuda --bytes=268435456 --reps=5 \
-    --transport="$transport"
+  timeout 180 "$build_dir/bench/ps-device-bench" --memory="$memory" --bytes="$bench_bytes" \
+    --reps=5 --transport="$transport"
 done

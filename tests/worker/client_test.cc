@@ -361,6 +361,32 @@ TEST_P(ClientTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
   EXPECT_EQ(early.load(), 0);
 }
 
+// A worker that starts again (a new client of the same rank) joins the job's next barrier; it is
+// neither let through by barriers that completed before it came nor made to wait for ones that
+// will never come.
+TEST_P(ClientTest, RestartedWorkerJoinsTheNextBarrier) {
+  StartCluster(1, 2);
+  std::unique_ptr<Client> first = NewClient(0);
+  std::unique_ptr<Client> second = NewClient(1);
+  for (int round = 0; round < 2; ++round) {
+    std::thread other([&] { EXPECT_TRUE(second->Barrier().ok()); });
+    EXPECT_TRUE(first->Barrier().ok());
+    other.join();
+  }
+  second->Shutdown();
+  second = NewClient(1);  // worker 1 again, after a crash
+  absl::Notification passed;
+  std::thread restarted([&] {
+    EXPECT_TRUE(second->Barrier().ok());
+    passed.Notify();
+  });
+  EXPECT_FALSE(passed.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+      << "the restarted worker passed a barrier worker 0 has not reached";
+  EXPECT_TRUE(first->Barrier().ok());  // the third barrier for worker 0
+  EXPECT_TRUE(passed.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  restarted.join();
+}
+
 TEST_P(ClientTest, BarrierWithAMissingWorkerEndsAtTheDeadline) {
   StartCluster(1, 2);
   ClientOptions options = cluster_->ClientOptionsFor(0);
