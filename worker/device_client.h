@@ -15,8 +15,9 @@
 // that copy is done, while the next one copies; a pull copies each partition back as soon as it
 // arrives, while the next one is on the wire. The copies start after the work queued on `stream`
 // before the call, and work queued on `stream` after the call waits (on the GPU, without blocking
-// the host) until the weights are in place. Partitions of tensors with a higher priority go
-// first, across calls too.
+// the host) until the weights are in place: an event recorded on `stream` right after the call
+// completes then, for other streams or threads to wait on. Partitions of tensors with a higher
+// priority go first, across calls too.
 //
 // With a LocalGroup (worker/local_group.h) several GPUs of one machine act as one worker: their
 // gradients are summed into the root's with NCCL, only the root talks to the shards, and the new
