@@ -35,6 +35,9 @@ ABSL_FLAG(uint64_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(uint32_t, max_pending_steps, 4,
           "BSP: how many steps ahead of a partition's version a push may be");
 ABSL_FLAG(double, max_wait_s, 600, "Longest a pull or barrier waits, in seconds");
+ABSL_FLAG(uint64_t, max_memory_bytes, 0,
+          "Tensor memory (weights, optimizer state, gradient buffers) the shard may hold; "
+          "declarations beyond it are refused. 0: 90% of the machine's memory");
 #ifdef HETPS_HAVE_UCX
 ABSL_FLAG(std::string, transport, "ucx",
           "ucx (UCX and gRPC on the same port: workers may use either) or grpc");
@@ -99,6 +102,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_pending_steps = absl::GetFlag(FLAGS_max_pending_steps);
   options.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_s));
+  options.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   options.transport = absl::GetFlag(FLAGS_transport);
   options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "absl/status/status.h"
@@ -58,6 +60,14 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.max_pending_steps = options.max_pending_steps;
   shard_options.max_wait = options.max_wait;
   shard_options.max_message_bytes = options.max_message_bytes;
+  shard_options.max_memory_bytes = options.max_memory_bytes;
+  if (shard_options.max_memory_bytes == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page_bytes = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_bytes > 0) {
+      shard_options.max_memory_bytes = static_cast<uint64_t>(pages) * page_bytes / 10 * 9;
+    }
+  }
   server->shard_ = std::make_unique<Shard>(shard_options);
   HETPS_ASSIGN_OR_RETURN(server->listener_,
                          server->transport_->Listen(options.listen_address, server->shard_.get()));

@@ -41,6 +41,10 @@ struct ServerOptions {
   uint32_t max_pending_steps = 4;
   // The longest a pull or barrier waits, whatever deadline the worker asked for.
   absl::Duration max_wait = absl::Minutes(10);
+  // Tensor memory (weights, optimizer state, a gradient buffer per partition) the shard may
+  // hold; declarations beyond it get ResourceExhausted instead of running the machine out of
+  // memory. 0: 90% of the machine's memory.
+  uint64_t max_memory_bytes = 0;
 
   // --- Where and how it listens ---
 

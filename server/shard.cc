@@ -182,12 +182,19 @@ void Shard::Declare(transport::Request request, transport::ReplyCallback reply) 
   const Tensor* tensor = table_.Find(decl.key());
   bool created = false;
   if (tensor == nullptr) {
+    absl::StatusOr<uint64_t> reserved = ReserveMemory(decl);
+    if (!reserved.ok()) {
+      reply(reserved.status());
+      return;
+    }
     absl::StatusOr<std::unique_ptr<Tensor>> built = BuildTensor(decl);
     if (!built.ok()) {
+      ReleaseMemory(*reserved);
       reply(built.status());
       return;
     }
     std::tie(tensor, created) = table_.Insert(*std::move(built));
+    if (!created) ReleaseMemory(*reserved);  // another worker's declaration came first
   }
   if (!created) {
     if (std::string mismatch = DescribeMismatch(tensor->decl, decl); !mismatch.empty()) {
@@ -309,6 +316,34 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
     HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
   }
   return tensor;
+}
+
+absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl) {
+  HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
+                         PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
+  HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                         CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
+  uint64_t elements = 0;
+  for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
+    if (ShardOfPartition(decl.key(), p, options_.num_shards) == options_.shard_index) {
+      elements += layout.partition(p).size;
+    }
+  }
+  // Weights, the optimizer's state and the buffer the step's gradients are summed into.
+  const uint64_t bytes = elements * sizeof(float) * (2 + optimizer->state_slots());
+  absl::MutexLock lock(&memory_mu_);
+  if (bytes > options_.max_memory_bytes - reserved_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tensor '%s' needs %d bytes on shard %d, which holds %d of its %d (--max_memory_bytes)",
+        decl.name(), bytes, options_.shard_index, reserved_bytes_, options_.max_memory_bytes));
+  }
+  reserved_bytes_ += bytes;
+  return bytes;
+}
+
+void Shard::ReleaseMemory(uint64_t bytes) {
+  absl::MutexLock lock(&memory_mu_);
+  reserved_bytes_ -= bytes;
 }
 
 void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) {

@@ -42,6 +42,9 @@ struct ShardOptions {
   absl::Duration max_wait = absl::Minutes(10);
   // Reported to clients in Hello (the transport enforces it).
   size_t max_message_bytes = 64 << 20;
+  // Declarations that would take the shard's tensor memory (weights, optimizer state and a
+  // gradient buffer per partition) past this are refused with ResourceExhausted.
+  uint64_t max_memory_bytes = ~uint64_t{0};
 };
 
 class Shard final : public transport::RequestHandler {
@@ -98,6 +101,9 @@ class Shard final : public transport::RequestHandler {
       const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
       const transport::Payload* gradients) const;
   absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl);
+  // Sets aside the memory a new tensor's partitions on this shard will take, or says why not.
+  absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl);
+  void ReleaseMemory(uint64_t bytes);
 
   // Constant after construction.
   const ShardOptions options_;
@@ -113,6 +119,8 @@ class Shard final : public transport::RequestHandler {
   absl::Mutex zeros_mu_;
   std::shared_ptr<const std::vector<uint8_t>> zeros_ ABSL_GUARDED_BY(zeros_mu_);
   std::atomic<bool> stopped_{false};
+  absl::Mutex memory_mu_;
+  uint64_t reserved_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 };
 
 }  // namespace hetps::server

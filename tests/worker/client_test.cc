@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
@@ -495,6 +496,30 @@ INSTANTIATE_TEST_SUITE_P(Transports, ClientTest,
                          [](const auto& info) { return testing::TestName(info.param); });
 
 // With every request delivered twice, shards recognise the copies: BSP results stay exact.
+// A shard refuses declarations beyond its memory cap, says why, and keeps serving what it holds.
+TEST(ClientMemoryTest, DeclarationsBeyondTheShardsMemoryCapAreRefused) {
+  server::ServerOptions base;
+  base.max_memory_bytes = 1 << 20;
+  auto cluster = TestCluster::Start("inproc", 1, 1, base);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = (*cluster)->NewClient(0);
+  ASSERT_TRUE(client.ok());
+  // SGD keeps no state: 8 bytes per element (weights and the gradient sum).
+  absl::StatusOr<TensorId> too_big = (*client)->Declare(Spec("too_big", 200000, 0.5));
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_TRUE(absl::StrContains(too_big.status().message(), "--max_memory_bytes"))
+      << too_big.status();
+  auto first = (*client)->Declare(Spec("first", 50000, 0.5));
+  auto second = (*client)->Declare(Spec("second", 50000, 0.5));
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status() << second.status();
+  EXPECT_TRUE((*client)->Declare(Spec("first", 50000, 0.5)).ok());  // again: nothing new
+  EXPECT_EQ((*client)->Declare(Spec("third", 50000, 0.5)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  std::vector<float> g(50000, 1.0f), w(50000);
+  ASSERT_TRUE((*client)->PushPull(*first, g, absl::MakeSpan(w), 0).Wait().ok());
+  EXPECT_FLOAT_EQ(w[123], -0.5f);
+}
+
 TEST(ClientFaultTest, DuplicatedRequestsAreAppliedOnce) {
   auto cluster = TestCluster::Start("inproc", 2, 2);
   ASSERT_TRUE(cluster.ok());
