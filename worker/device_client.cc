@@ -180,11 +180,17 @@ Operation DeviceClientImpl::Start(StagedMethod method, absl::Span<const DeviceIt
     shared_wait->Release();
     return fail(status);
   }
-  status = pipeline_->Start(method, items, step, std::move(after),
-                            [operation, shared_wait](const absl::Status& status) {
-                              shared_wait->Release();
-                              operation->MessageDone(status);
-                            });
+  // A push lets the stream go on once its gradients are staged (it may then overwrite them); the
+  // network part goes on without holding the GPU.
+  absl::AnyInvocable<void()> staged;
+  if (!pulls) staged = [shared_wait] { shared_wait->Release(); };
+  status = pipeline_->Start(
+      method, items, step, std::move(after),
+      [operation, shared_wait](const absl::Status& status) {
+        shared_wait->Release();
+        operation->MessageDone(status);
+      },
+      std::move(staged));
   if (!status.ok()) {
     shared_wait->Release();
     return fail(status);

@@ -15,7 +15,8 @@
 // that copy is done, while the next one copies; a pull copies each partition back as soon as it
 // arrives, while the next one is on the wire. The copies start after the work queued on `stream`
 // before the call, and work queued on `stream` after the call waits (on the GPU, without blocking
-// the host) until the weights are in place: an event recorded on `stream` right after the call
+// the host) until the weights are in place (after a Push: until its gradients are staged, so the
+// job may overwrite them while they travel): an event recorded on `stream` right after the call
 // completes then, for other streams or threads to wait on. Partitions of tensors with a higher
 // priority go first, across calls too.
 //

@@ -171,6 +171,37 @@ TEST(GpuStreamTest, TheStreamWaitsOnTheGpuAndTheWaitIsMeasured) {
   cudaStreamDestroy(stream);
 }
 
+// A push holds the stream only until its gradients are staged: the job may go on (and overwrite
+// them) while the push's messages are still unanswered (here: never answered).
+TEST(GpuStreamTest, APushLetsTheStreamGoOnOnceItsGradientsAreStaged) {
+  SKIP_WITHOUT_GPU();
+  auto cluster = TestCluster::Start("inproc", 1, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions client_options = (*cluster)->ClientOptionsFor(0);
+  client_options.call_timeout = absl::Seconds(3);
+  auto client = Client::Create(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const uint64_t n = 3000;
+  auto id = (*client)->Declare(Spec("w", n));
+  ASSERT_TRUE(id.ok());
+  auto device = DeviceClient::Create(client->get(), CudaOptions());
+  ASSERT_TRUE(device.ok()) << device.status();
+  DeviceBuffer gradient(n);
+  gradient.Upload(std::vector<float>(n, 1.0f));
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  (*cluster)->inproc()->SetFaults({.drop_every_nth_request = 1});
+  const DeviceItem items[] = {{*id, gradient.data(), nullptr, n, 0}};
+  const absl::Time start = absl::Now();
+  Operation op = (*device)->Push(items, 0, reinterpret_cast<GpuStream>(stream));
+  ASSERT_EQ(cudaMemsetAsync(gradient.data(), 0, n * sizeof(float), stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));  // well before the push's deadline
+  EXPECT_FALSE(op.done());
+  EXPECT_EQ(op.Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  cudaStreamDestroy(stream);
+}
+
 // BSP training where each step's gradient depends on the weights: from device memory it follows
 // the host-memory run exactly.
 TEST(GpuTrainingTest, BspTrainingFromDeviceMemoryEqualsTheHostMemoryRun) {

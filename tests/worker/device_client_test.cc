@@ -11,10 +11,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
+#include "worker/device/copy_engine.h"
+#include "worker/device/staging_pipeline.h"
 #include "worker/local_group.h"
 
 namespace hetps {
@@ -249,6 +252,50 @@ TEST(DeviceClientCloseTest, ClosingEndsQueuedChunksAndWaitsForThoseInFlight) {
     }
     ASSERT_TRUE((*worker0)->Pull(ids[t], absl::MakeSpan(weights[t]), 1).Wait().ok());
   }
+}
+
+// The pipeline says when a push's gradients are all staged (the device client then lets the job's
+// stream go on) long before the push's messages are answered: here they never are.
+TEST(StagingPipelineTest, APushIsStagedLongBeforeItIsAnswered) {
+  auto cluster = TestCluster::Start("inproc", 1, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions options = (*cluster)->ClientOptionsFor(0);
+  options.call_timeout = absl::Milliseconds(600);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto id = (*client)->Declare(Spec("w", 1000));  // 4 partitions, 4 chunks over 2 slots
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::unique_ptr<internal::CopyEngine> engine = internal::NewHostCopyEngine();
+  auto pipeline =
+      internal::StagingPipeline::Create(client->get(), engine.get(), 1024, 2, absl::Seconds(10));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  (*cluster)->inproc()->SetFaults({.drop_every_nth_request = 1});
+  std::vector<float> gradient(1000, 1.0f);
+  const DeviceItem items[] = {{*id, gradient.data(), nullptr, 1000, 0}};
+  absl::Notification staged, finished;
+  absl::Time staged_at, finished_at;
+  absl::Status result;
+  auto after = engine->Mark(nullptr);
+  ASSERT_TRUE(after.ok());
+  ASSERT_TRUE((*pipeline)
+                  ->Start(
+                      internal::StagedMethod::kPush, items, 0, *after,
+                      [&](const absl::Status& status) {
+                        result = status;
+                        finished_at = absl::Now();
+                        finished.Notify();
+                      },
+                      [&] {
+                        staged_at = absl::Now();
+                        staged.Notify();
+                      })
+                  .ok());
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(staged.HasBeenNotified());
+  EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
+  // Two slots: the last chunks are staged only after the first ones' messages time out, so
+  // staging ends a deadline before the push does.
+  EXPECT_GE(finished_at - staged_at, absl::Milliseconds(400));
 }
 
 TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {

@@ -24,8 +24,8 @@ class StreamPoint {
 };
 
 // Where the job's stream waits for the parameter server: from the point where it began (held
-// there until Release() when it was made to hold) to the point where it ended. Release() is
-// called exactly once, from any thread.
+// there until Release() when it was made to hold) to the point where it ended. Release() may be
+// called from any thread; calls after the first do nothing.
 class StreamWait {
  public:
   virtual ~StreamWait() = default;

@@ -6,6 +6,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -50,12 +51,16 @@ class CudaWait final : public StreamWait {
   CudaWait(volatile uint32_t* word, uint32_t value, cudaEvent_t begin)
       : word_(word), value_(value), begin(begin) {}
   void Release() override {
-    if (word_ != nullptr) __atomic_store_n(word_, value_, __ATOMIC_RELEASE);
+    // Only once: once the stream passed, the word may already serve a later wait.
+    if (word_ != nullptr && !released_.exchange(true)) {
+      __atomic_store_n(word_, value_, __ATOMIC_RELEASE);
+    }
   }
 
  private:
   volatile uint32_t* const word_;  // null when the stream is not held
   const uint32_t value_;
+  std::atomic<bool> released_{false};
 
  public:
   const cudaEvent_t begin;

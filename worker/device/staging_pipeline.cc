@@ -19,8 +19,10 @@ struct StagingPipeline::Job {
   std::vector<DeviceItem> items;
   std::shared_ptr<StreamPoint> after;
   size_t remaining = 0;  // chunks not finished
+  size_t unstaged = 0;   // chunks that may still read the gradients
   absl::Status status;
   absl::AnyInvocable<void(const absl::Status&)> finished;
+  absl::AnyInvocable<void()> staged;
 };
 
 namespace {
@@ -127,7 +129,8 @@ absl::StatusOr<std::vector<StagingPipeline::Chunk>> StagingPipeline::PlanChunks(
 
 absl::Status StagingPipeline::Start(StagedMethod method, absl::Span<const DeviceItem> items,
                                     uint64_t step_or_version, std::shared_ptr<StreamPoint> after,
-                                    absl::AnyInvocable<void(const absl::Status&)> finished) {
+                                    absl::AnyInvocable<void(const absl::Status&)> finished,
+                                    absl::AnyInvocable<void()> staged) {
   if (items.empty()) return absl::InvalidArgumentError("no tensors given");
   for (const DeviceItem& item : items) {
     if ((Pushes(method) && item.gradient == nullptr) ||
@@ -149,7 +152,9 @@ absl::Status StagingPipeline::Start(StagedMethod method, absl::Span<const Device
   job->items.assign(items.begin(), items.end());
   job->after = std::move(after);
   job->remaining = chunks.size();
+  job->unstaged = chunks.size();
   job->finished = std::move(finished);
+  job->staged = std::move(staged);
   {
     absl::MutexLock lock(&mu_);
     job->sequence = next_job_++;
@@ -194,6 +199,7 @@ void StagingPipeline::Launch(std::unique_ptr<Chunk> chunk) {
   if (Pushes(chunk->job->method)) {
     CopyThen(std::move(chunk), CopyDirection::kToHost, &StagingPipeline::Send);
   } else {
+    MarkStaged(*chunk);
     Send(std::move(chunk));
   }
 }
@@ -217,9 +223,10 @@ void StagingPipeline::CopyThen(std::unique_ptr<Chunk> chunk, CopyDirection direc
   }
   // Even after a failed copy, the slots are reused only once the copies queued before it are done.
   Chunk* raw = chunk.release();
-  absl::Status notified = engine_->Notify(direction, [this, raw, next] {
-    Post([this, raw, next] {
+  absl::Status notified = engine_->Notify(direction, [this, raw, next, direction] {
+    Post([this, raw, next, direction] {
       std::unique_ptr<Chunk> chunk(raw);
+      if (direction == CopyDirection::kToHost) MarkStaged(*chunk);
       if (chunk->status.ok()) {
         (this->*next)(std::move(chunk));
       } else {
@@ -287,6 +294,7 @@ void StagingPipeline::Finish(std::unique_ptr<Chunk> chunk, const absl::Status& s
       if (slot >= 0) free_slots_.push_back(slot);
     }
   }
+  MarkStaged(*chunk);  // a chunk that ends early never reads the gradients
   Job& job = *chunk->job;
   if (job.status.ok() && !status.ok()) job.status = status;
   if (--job.remaining == 0) {
@@ -295,6 +303,13 @@ void StagingPipeline::Finish(std::unique_ptr<Chunk> chunk, const absl::Status& s
     --jobs_in_flight_;
   }
   Schedule();
+}
+
+void StagingPipeline::MarkStaged(Chunk& chunk) {
+  if (chunk.staged) return;
+  chunk.staged = true;
+  Job& job = *chunk.job;
+  if (--job.unstaged == 0 && job.staged) job.staged();
 }
 
 }  // namespace hetps::internal

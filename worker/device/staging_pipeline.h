@@ -48,10 +48,12 @@ class StagingPipeline {
 
   // Checks `items` and starts moving them; the copies start after `after`. `finished` runs once,
   // on the pipeline's thread, when every chunk is done (for a pull: its weights are on the
-  // device). Errors found before anything moved are returned and `finished` is not called.
+  // device); `staged`, if given, runs before it, once no chunk will read the gradients any more.
+  // Errors found before anything moved are returned and neither is called.
   absl::Status Start(StagedMethod method, absl::Span<const DeviceItem> items,
                      uint64_t step_or_version, std::shared_ptr<StreamPoint> after,
-                     absl::AnyInvocable<void(const absl::Status&)> finished);
+                     absl::AnyInvocable<void(const absl::Status&)> finished,
+                     absl::AnyInvocable<void()> staged = nullptr);
 
  private:
   // Consecutive partitions of one tensor inside a chunk.
@@ -69,6 +71,7 @@ class StagingPipeline {
     std::vector<Run> runs;
     int slot_gradient = -1;
     int slot_weights = -1;
+    bool staged = false;  // its gradients are in its slot (or will never be read)
     absl::Status status;
   };
   // Priority (negated, so higher comes first), call sequence, chunk index.
@@ -86,6 +89,7 @@ class StagingPipeline {
   void Arrived(std::unique_ptr<Chunk> chunk, const absl::Status& status);
   void Landed(std::unique_ptr<Chunk> chunk);
   void Finish(std::unique_ptr<Chunk> chunk, const absl::Status& status, bool slots_reusable);
+  void MarkStaged(Chunk& chunk);
   // Queues the copies of a chunk's runs in `direction`, then a notification that continues with
   // `next` (posted to thread_).
   void CopyThen(std::unique_ptr<Chunk> chunk, CopyDirection direction,
