@@ -114,15 +114,8 @@ Operation DeviceClientImpl::Start(StagedMethod method, absl::Span<const DeviceIt
                                   uint64_t step, GpuStream stream, DoneCallback done) {
   const bool pushes = method != StagedMethod::kPull;
   const bool pulls = method != StagedMethod::kPush;
-  for (const DeviceItem& item : items) {
-    if ((pushes && item.gradient == nullptr) || (pulls && item.weights == nullptr) ||
-        item.num_elements == 0) {
-      return OperationState::Failed(
-          absl::InvalidArgumentError(absl::StrFormat(
-              "tensor %016x: a %s needs %s memory and a size", item.tensor,
-              pulls ? (pushes ? "push-pull" : "pull") : "push", pulls ? "weights" : "gradient")),
-          std::move(done));
-    }
+  if (absl::Status checked = internal::CheckDeviceItems(method, items); !checked.ok()) {
+    return OperationState::Failed(checked, std::move(done));
   }
   auto operation = std::make_shared<OperationState>(1, std::move(done));
   operation->CountWaitsIn(host_wait_nanoseconds_);

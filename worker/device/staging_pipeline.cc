@@ -38,6 +38,21 @@ size_t AlignUp(size_t bytes) {
 
 }  // namespace
 
+absl::Status CheckDeviceItems(StagedMethod method, absl::Span<const DeviceItem> items) {
+  if (items.empty()) return absl::InvalidArgumentError("no tensors given");
+  for (const DeviceItem& item : items) {
+    const char* missing = nullptr;
+    if (Pushes(method) && item.gradient == nullptr) missing = "gradient memory";
+    if (Pulls(method) && item.weights == nullptr) missing = "weights memory";
+    if (item.num_elements == 0) missing = "size";
+    if (missing != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("tensor %016x: no %s given", item.tensor, missing));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<StagingPipeline>> StagingPipeline::Create(
     Client* client, CopyEngine* engine, size_t slot_bytes, size_t num_slots,
     absl::Duration drain_timeout) {
@@ -131,15 +146,7 @@ absl::Status StagingPipeline::Start(StagedMethod method, absl::Span<const Device
                                     uint64_t step_or_version, std::shared_ptr<StreamPoint> after,
                                     absl::AnyInvocable<void(const absl::Status&)> finished,
                                     absl::AnyInvocable<void()> staged) {
-  if (items.empty()) return absl::InvalidArgumentError("no tensors given");
-  for (const DeviceItem& item : items) {
-    if ((Pushes(method) && item.gradient == nullptr) ||
-        (Pulls(method) && item.weights == nullptr)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tensor %016x: no %s memory given", item.tensor,
-                          Pushes(method) && item.gradient == nullptr ? "gradient" : "weights"));
-    }
-  }
+  HETPS_RETURN_IF_ERROR(CheckDeviceItems(method, items));
   std::vector<size_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),

@@ -34,6 +34,10 @@ namespace hetps::internal {
 
 enum class StagedMethod { kPush, kPull, kPushPull };
 
+// InvalidArgument unless there are items and each has a size and the memory `method` reads
+// (gradients) and writes (weights).
+absl::Status CheckDeviceItems(StagedMethod method, absl::Span<const DeviceItem> items);
+
 class StagingPipeline {
  public:
   // `client` and `engine` must outlive the pipeline. `slot_bytes` is the client's
