@@ -84,8 +84,8 @@ class CudaCopyEngine final : public CopyEngine {
       cudaEventDestroy(passed.begin);
       if (passed.end != nullptr) cudaEventDestroy(passed.end);
     }
-    for (void* memory : pinned_) cudaFreeHost(memory);
-    for (void* memory : device_memory_) cudaFree(memory);
+    for (const auto& [memory, pinned] : allocations_)
+      pinned ? cudaFreeHost(memory) : cudaFree(memory);
     if (words_ != nullptr) cudaFreeHost(const_cast<uint32_t*>(words_));
   }
 
@@ -129,29 +129,10 @@ class CudaCopyEngine final : public CopyEngine {
   }
 
   absl::StatusOr<void*> AllocatePinned(size_t bytes) override {
-    ScopedDevice scoped(device_);
-    void* memory = nullptr;
-    cudaError_t error = cudaHostAlloc(&memory, bytes, cudaHostAllocPortable);
-    if (error != cudaSuccess) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "cannot pin %d bytes of staging memory: %s", bytes, cudaGetErrorString(error)));
-    }
-    absl::MutexLock lock(&mu_);
-    pinned_.push_back(memory);
-    return memory;
+    return Allocate(bytes, /*pinned=*/true);
   }
-
   absl::StatusOr<void*> AllocateDevice(size_t bytes) override {
-    ScopedDevice scoped(device_);
-    void* memory = nullptr;
-    cudaError_t error = cudaMalloc(&memory, bytes);
-    if (error != cudaSuccess) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "cannot allocate %d bytes of device memory: %s", bytes, cudaGetErrorString(error)));
-    }
-    absl::MutexLock lock(&mu_);
-    device_memory_.push_back(memory);
-    return memory;
+    return Allocate(bytes, /*pinned=*/false);
   }
 
   absl::StatusOr<std::shared_ptr<StreamPoint>> Mark(GpuStream stream) override {
@@ -251,6 +232,21 @@ class CudaCopyEngine final : public CopyEngine {
     int slot;
   };
 
+  absl::StatusOr<void*> Allocate(size_t bytes, bool pinned) {
+    ScopedDevice scoped(device_);
+    void* memory = nullptr;
+    const cudaError_t error =
+        pinned ? cudaHostAlloc(&memory, bytes, cudaHostAllocPortable) : cudaMalloc(&memory, bytes);
+    if (error != cudaSuccess) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("cannot allocate %d bytes of %s memory: %s", bytes,
+                          pinned ? "pinned host" : "device", cudaGetErrorString(error)));
+    }
+    absl::MutexLock lock(&mu_);
+    allocations_.push_back({memory, pinned});
+    return memory;
+  }
+
   cudaStream_t StreamOf(CopyDirection direction) const {
     return direction == CopyDirection::kToHost ? to_host_ : to_device_;
   }
@@ -290,8 +286,7 @@ class CudaCopyEngine final : public CopyEngine {
   CUdeviceptr device_words_ = 0;
 
   absl::Mutex mu_;
-  std::vector<void*> pinned_ ABSL_GUARDED_BY(mu_);
-  std::vector<void*> device_memory_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<void*, bool>> allocations_ ABSL_GUARDED_BY(mu_);  // (memory, pinned)
   std::vector<uint32_t> values_ ABSL_GUARDED_BY(mu_);  // the last value given out per slot
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mu_);
   std::vector<Passed> passed_ ABSL_GUARDED_BY(mu_);
