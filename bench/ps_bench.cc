@@ -311,8 +311,8 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
                           absl::StrCat("cannot reach the cluster: ", client.status().message()));
     }
     workers[w].client = *std::move(client);
-    workers[w].runner =
-        std::make_unique<HetpsRunner>(workers[w].client.get(), options.rank, plan.world_size);
+    workers[w].runner = std::make_unique<HetpsRunner>(workers[w].client.get(), transport,
+                                                      options.rank, plan.world_size);
     HETPS_ASSIGN_OR_RETURN(workers[w].floor,
                            FloorRunner::Connect(transport, servers, plan.timeout));
   }

@@ -77,13 +77,16 @@ class OperationSource {
 // Runs operations first_index, first_index + 1, ... (`warmup` of them, then `iterations`
 // measured ones) with up to `inflight` outstanding, and records the latency of the measured ones:
 // from issue to completion, timed when the completion arrives, whatever order they are looked
-// at in. An operation's index is its step.
-absl::StatusOr<WorkerMeasurement> RunWindow(OperationSource& source, uint64_t first_index,
+// at in. An operation's index is its step. Waits drive `transport` (see Transport::Drive), as
+// the client's own waits do.
+absl::StatusOr<WorkerMeasurement> RunWindow(transport::Transport& transport,
+                                            OperationSource& source, uint64_t first_index,
                                             int warmup, int iterations, int inflight) {
   struct Slot {
     absl::Mutex mu;
     bool busy ABSL_GUARDED_BY(mu) = false;
     bool done ABSL_GUARDED_BY(mu) = false;
+    std::atomic<bool> ended{true};  // !busy || done, for Drive to poll
     absl::Status status ABSL_GUARDED_BY(mu);
     int64_t issued = 0;
     int64_t finished ABSL_GUARDED_BY(mu) = 0;
@@ -97,6 +100,7 @@ absl::StatusOr<WorkerMeasurement> RunWindow(OperationSource& source, uint64_t fi
   // Waits for `slot`'s operation and accounts for it.
   auto settle = [&](Slot& slot, size_t slot_index) -> absl::Status {
     int64_t finished;
+    transport.Drive([&slot] { return slot.ended.load(); });
     {
       absl::MutexLock lock(&slot.mu);
       if (!slot.busy) return absl::OkStatus();
@@ -132,6 +136,7 @@ absl::StatusOr<WorkerMeasurement> RunWindow(OperationSource& source, uint64_t fi
       absl::MutexLock lock(&slot.mu);
       slot.busy = true;
       slot.done = false;
+      slot.ended.store(false);
     }
     slot.index = index;
     slot.issued = NowNanos();
@@ -142,6 +147,7 @@ absl::StatusOr<WorkerMeasurement> RunWindow(OperationSource& source, uint64_t fi
       slot.status = std::move(status);
       slot.finished = now;
       slot.done = true;
+      slot.ended.store(true);
     });
   }
   HETPS_RETURN_IF_ERROR(drain());
@@ -323,8 +329,9 @@ absl::StatusOr<uint64_t> ElementsOf(uint64_t bytes, DType dtype) {
   return bytes / size;
 }
 
-HetpsRunner::HetpsRunner(Client* client, uint32_t rank, uint32_t world_size)
-    : client_(client), rank_(rank), world_size_(world_size) {}
+HetpsRunner::HetpsRunner(Client* client, std::shared_ptr<transport::Transport> transport,
+                         uint32_t rank, uint32_t world_size)
+    : client_(client), transport_(std::move(transport)), rank_(rank), world_size_(world_size) {}
 
 absl::StatusOr<int> HetpsRunner::AgreeIterations(int proposal) {
   if (control_ == 0) {
@@ -368,19 +375,20 @@ absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& se
   HetpsSource source(client_, settings, tensor, rank_, world_size_, elements);
   if (settings.iterations > 0) {
     iterations_ = settings.iterations;
-    return RunWindow(source, 0, settings.warmup, settings.iterations, settings.inflight);
+    return RunWindow(*transport_, source, 0, settings.warmup, settings.iterations,
+                     settings.inflight);
   }
   // Warm up (timed, one at a time), then run as many operations as rank 0's warm-up says fit in
   // the duration; the measured operations take the steps after the warm-up's.
   const int warmup = std::max(1, settings.warmup);
-  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement first, RunWindow(source, 0, 0, warmup, 1));
+  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement first, RunWindow(*transport_, source, 0, 0, warmup, 1));
   const double per_op = absl::ToDoubleSeconds(first.wall) / static_cast<double>(warmup);
   const double fit =
       absl::ToDoubleSeconds(settings.duration) / std::max(per_op, 1e-7) * settings.inflight;
   HETPS_ASSIGN_OR_RETURN(iterations_,
                          AgreeIterations(static_cast<int>(std::clamp(fit, 10.0, 100000.0))));
   HETPS_RETURN_IF_ERROR(client_->Barrier());
-  return RunWindow(source, warmup, 0, iterations_, settings.inflight);
+  return RunWindow(*transport_, source, warmup, 0, iterations_, settings.inflight);
 }
 
 absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(
@@ -401,7 +409,7 @@ absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(
 absl::StatusOr<WorkerMeasurement> FloorRunner::Measure(const MeasureSettings& settings,
                                                        int iterations) {
   EchoSource source(connections_, settings, call_timeout_);
-  return RunWindow(source, 0, settings.warmup, iterations, settings.inflight);
+  return RunWindow(*transport_, source, 0, settings.warmup, iterations, settings.inflight);
 }
 
 }  // namespace hetps::bench

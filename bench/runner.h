@@ -54,10 +54,11 @@ struct WorkerMeasurement {
 // Elements of `bytes` bytes of `dtype`: InvalidArgument unless it is a whole positive number.
 absl::StatusOr<uint64_t> ElementsOf(uint64_t bytes, DType dtype);
 
-// REQUIRES: `client` belongs to worker `rank` of `world_size`.
+// REQUIRES: `client` belongs to worker `rank` of `world_size` and talks over `transport`.
 class HetpsRunner {
  public:
-  HetpsRunner(Client* client, uint32_t rank, uint32_t world_size);
+  HetpsRunner(Client* client, std::shared_ptr<transport::Transport> transport, uint32_t rank,
+              uint32_t world_size);
   absl::StatusOr<WorkerMeasurement> Measure(const MeasureSettings& settings);
   // How many operations the last Measure ran (the floor runs as many).
   int iterations() const { return iterations_; }
@@ -67,6 +68,7 @@ class HetpsRunner {
   absl::StatusOr<int> AgreeIterations(int proposal);
 
   Client* const client_;
+  const std::shared_ptr<transport::Transport> transport_;
   const uint32_t rank_;
   const uint32_t world_size_;
   TensorId control_ = 0;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -115,6 +116,15 @@ class Transport {
   // Connects to `address`; Unavailable if it cannot be reached before `deadline`.
   virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                               absl::Time deadline) = 0;
+
+  // For a thread about to block until some of its calls complete: moves the transport's client
+  // side along from this thread until `done()`, where that is faster than waiting for a
+  // transport thread (UCX with busy polling: no hand-off between threads per call). Response
+  // callbacks may then run on this thread. Returns done(); returns at once where the transport
+  // has nothing to drive, and also stops early once it cannot drive (the caller then blocks as
+  // usual). Bounded by the calls themselves: each ends by its deadline. `done` must be cheap
+  // and thread-safe. Not from a response callback.
+  virtual bool Drive(absl::FunctionRef<bool()> done) { return done(); }
 };
 
 // Creates a transport by name: "grpc", or "ucx" when built with UCX (a UCX listener serves

@@ -165,7 +165,7 @@ absl::Status ClientImpl::Connect() {
   }
   HETPS_ASSIGN_OR_RETURN(
       std::vector<transport::Response> responses,
-      internal::CallEach(channels, hetps::v1::METHOD_HELLO, headers, {}, deadline));
+      internal::CallEach(*transport_, channels, hetps::v1::METHOD_HELLO, headers, {}, deadline));
   for (uint32_t shard = 0; shard < responses.size(); ++shard) {
     hetps::v1::HelloResponse hello;
     if (!hello.ParseFromString(responses[shard].header)) {
@@ -258,8 +258,8 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
     headers.push_back(request.SerializeAsString());
     payloads.push_back(std::move(payload));
   }
-  HETPS_RETURN_IF_ERROR(internal::CallEach(targets, hetps::v1::METHOD_DECLARE, headers, payloads,
-                                           absl::Now() + options_.call_timeout)
+  HETPS_RETURN_IF_ERROR(internal::CallEach(*transport_, targets, hetps::v1::METHOD_DECLARE, headers,
+                                           payloads, absl::Now() + options_.call_timeout)
                             .status());
   absl::MutexLock lock(&mu_);
   tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(DeclaredTensor{
@@ -341,6 +341,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       internal::PackMessages(*std::move(pieces), options_.partition_bytes);
 
   auto operation = std::make_shared<OperationState>(messages.size(), std::move(done));
+  operation->DriveWith(transport_);
   const absl::Time deadline = absl::Now() + options_.call_timeout;
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
@@ -420,7 +421,7 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
   request.set_from_version(from_step);
   for (const auto& [name, value] : changes) (*request.mutable_params())[name] = value;
   std::vector<std::string> headers(channels.size(), request.SerializeAsString());
-  return internal::CallEach(channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
+  return internal::CallEach(*transport_, channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
                             absl::Now() + options_.call_timeout)
       .status();
 }
@@ -434,7 +435,7 @@ absl::Status ClientImpl::Barrier() {
     request.set_generation(barrier_generation_ + 1);
   }
   // Shard 0 coordinates barriers.
-  HETPS_RETURN_IF_ERROR(internal::CallEach({channels[0]}, hetps::v1::METHOD_BARRIER,
+  HETPS_RETURN_IF_ERROR(internal::CallEach(*transport_, {channels[0]}, hetps::v1::METHOD_BARRIER,
                                            {request.SerializeAsString()}, {},
                                            absl::Now() + options_.call_timeout)
                             .status());
@@ -448,8 +449,8 @@ absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
   HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
   std::vector<std::string> headers(channels.size(), hetps::v1::StatsRequest().SerializeAsString());
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
-                         internal::CallEach(channels, hetps::v1::METHOD_STATS, headers, {},
-                                            absl::Now() + options_.call_timeout));
+                         internal::CallEach(*transport_, channels, hetps::v1::METHOD_STATS, headers,
+                                            {}, absl::Now() + options_.call_timeout));
   std::vector<ShardStats> stats;
   for (const transport::Response& response : responses) {
     hetps::v1::StatsResponse proto;

@@ -48,7 +48,8 @@ struct ClientOptions {
   std::shared_ptr<transport::Transport> transport_instance;
   // UCX: network devices ("auto": lo for shards on loopback addresses, UCX's choice otherwise).
   std::string ucx_net_devices = "auto";
-  // UCX: spin instead of sleeping when idle, for the lowest latency (costs a CPU core).
+  // UCX: spin instead of sleeping when idle, for the lowest latency (costs a CPU core). A
+  // thread in Operation::Wait() then also sends and receives its messages itself, until done.
   bool ucx_busy_poll = false;
 
   // Every message to a shard must be answered within this time, or its operation fails with

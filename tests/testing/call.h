@@ -8,15 +8,18 @@
 
 namespace hetps::testing {
 
-// Sends `request` and waits for its outcome; the request's deadline bounds the wait.
+// Sends `request` and waits for its outcome, driving `drive` meanwhile if given (see
+// Transport::Drive); the request's deadline bounds the wait.
 inline absl::StatusOr<transport::Response> CallAndWait(transport::Connection& connection,
-                                                       transport::Request request) {
+                                                       transport::Request request,
+                                                       transport::Transport* drive = nullptr) {
   absl::Notification done;
   absl::StatusOr<transport::Response> result;
   connection.Call(std::move(request), [&](absl::StatusOr<transport::Response> r) {
     result = std::move(r);
     done.Notify();
   });
+  if (drive != nullptr) drive->Drive([&done] { return done.HasBeenNotified(); });
   done.WaitForNotification();
   return result;
 }

@@ -9,12 +9,16 @@
 
 namespace hetps::testing {
 
-std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& extra) {
+std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& extra,
+                                             bool with_busy_poll) {
   std::vector<std::string> names = extra;
   names.push_back("grpc");
 #ifdef HETPS_HAVE_UCX
   names.push_back("ucx");
   names.push_back("ucx-tcp");
+  if (with_busy_poll) names.push_back("ucx-busy");
+#else
+  (void)with_busy_poll;
 #endif
   return names;
 }
@@ -22,10 +26,11 @@ std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& ext
 std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
                                                        size_t max_message_bytes) {
 #ifdef HETPS_HAVE_UCX
-  if (name == "ucx" || name == "ucx-tcp") {
+  if (name == "ucx" || name == "ucx-tcp" || name == "ucx-busy") {
     transport::UcxOptions options;
     options.max_message_bytes = max_message_bytes;
     if (name == "ucx-tcp") options.tls = "tcp";
+    options.busy_poll = name == "ucx-busy";
     // A known eager/rendezvous switch, so tests can send payloads exactly at and around it.
     options.rndv_threshold = kTestRendezvousThreshold;
     return transport::NewUcxTransport(options);

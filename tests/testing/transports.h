@@ -1,6 +1,7 @@
 // The transports the suites run over, like UCX's own tests run once per transport:
 // "inproc", "grpc", and with UCX "ucx" (UCX's choice: shared memory between local processes)
-// and "ucx-tcp" (UCX limited to TCP over loopback).
+// and "ucx-tcp" (UCX limited to TCP over loopback). "ucx-busy" is "ucx" with busy polling, where
+// waiting callers drive the transport themselves; suites that test that path add it.
 #ifndef HETPS_TESTS_TESTING_TRANSPORTS_H_
 #define HETPS_TESTS_TESTING_TRANSPORTS_H_
 
@@ -12,8 +13,10 @@
 
 namespace hetps::testing {
 
-// `extra` (e.g. {"inproc"}) first, then "grpc" and the UCX variants this build has.
-std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& extra);
+// `extra` (e.g. {"inproc"}) first, then "grpc" and the UCX variants this build has ("ucx",
+// "ucx-tcp", and "ucx-busy" if `with_busy_poll`).
+std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& extra,
+                                             bool with_busy_poll = false);
 
 // UCX test transports switch from eager to rendezvous at this payload size.
 inline constexpr size_t kTestRendezvousThreshold = 8192;

@@ -1,6 +1,8 @@
-// Behaviour every Transport must have, run once per transport (in-process and gRPC).
+// Behaviour every Transport must have, run once per transport (in-process, gRPC, UCX over shared
+// memory, TCP, and shared memory with busy polling, where waiting callers drive the transport).
 #include "transport/transport.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -131,6 +133,11 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
     if (listener_) listener_->Shutdown();
   }
 
+  // One call on connection_, waited for the way the client waits: driving the transport.
+  absl::StatusOr<Response> Call(Request request) {
+    return CallAndWait(*connection_, std::move(request), transport_.get());
+  }
+
   TestHandler handler_;
   std::shared_ptr<Transport> transport_;
   std::string address_;
@@ -145,7 +152,7 @@ TEST_P(TransportTest, EchoesHeaderAndMultiSegmentPayload) {
   Request request = MakeRequest(kEcho, "header bytes");
   request.payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(a)));
   request.payload.Append(Payload::Borrow(AsBytes(absl::MakeConstSpan(b))));
-  absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+  absl::StatusOr<Response> response = Call(std::move(request));
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->header, "header bytes");
   ASSERT_EQ(response->payload.size(), (a.size() + b.size()) * sizeof(float));
@@ -156,31 +163,31 @@ TEST_P(TransportTest, EchoesHeaderAndMultiSegmentPayload) {
 }
 
 TEST_P(TransportTest, HandlerErrorReachesTheCallerWithItsCode) {
-  absl::StatusOr<Response> response = CallAndWait(*connection_, MakeRequest(kFail, "x"));
+  absl::StatusOr<Response> response = Call(MakeRequest(kFail, "x"));
   EXPECT_EQ(response.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(response.status().message(), "handler says no: x");
 }
 
 TEST_P(TransportTest, UnansweredCallEndsAtItsDeadline) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<Response> response =
-      CallAndWait(*connection_, MakeRequest(kNeverReply, "", absl::Milliseconds(200)));
+  absl::StatusOr<Response> response = Call(MakeRequest(kNeverReply, "", absl::Milliseconds(200)));
   EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // The connection still works.
-  EXPECT_TRUE(CallAndWait(*connection_, MakeRequest(kEcho, "after")).ok());
+  EXPECT_TRUE(Call(MakeRequest(kEcho, "after")).ok());
 }
 
 TEST_P(TransportTest, ServerSeesTheCallersDeadline) {
-  absl::StatusOr<Response> response =
-      CallAndWait(*connection_, MakeRequest(kDeadline, "", absl::Seconds(30)));
+  absl::StatusOr<Response> response = Call(MakeRequest(kDeadline, "", absl::Seconds(30)));
   ASSERT_TRUE(response.ok()) << response.status();
   const int remaining_ms = std::stoi(response->header);
   EXPECT_GT(remaining_ms, 25000);
   EXPECT_LE(remaining_ms, 30000);
 }
 
+// Half the threads drive the transport while they wait (where it can be driven), half block:
+// neither kind may leave the other's calls behind.
 TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
   constexpr int kThreads = 4, kCalls = 200;
   std::vector<std::thread> threads;
@@ -199,6 +206,7 @@ TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
                           });
       }
       for (int i = 0; i < kCalls; ++i) {
+        if (t % 2 == 0) transport_->Drive([&] { return done[i]->HasBeenNotified(); });
         done[i]->WaitForNotification();
         if (results[i].ok() && results[i]->header == std::to_string(t * 100000 + i)) ++good;
       }
@@ -206,6 +214,58 @@ TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(good.load(), kThreads * kCalls);
+}
+
+// A caller that drives the transport (UCX with busy polling) completes its own call: the
+// response callback runs on its thread, with no hand-off from a transport thread. The others
+// cannot be driven and return at once.
+TEST_P(TransportTest, AWaitingCallerDrivesItsCallWhereTheTransportCanBeDriven) {
+  std::atomic<bool> done{false};
+  std::thread::id callback_thread;
+  absl::StatusOr<Response> result;
+  // Answered 20 ms later from another thread: the caller is driving by then.
+  connection_->Call(MakeRequest(kReplyLater, "driven"), [&](absl::StatusOr<Response> r) {
+    callback_thread = std::this_thread::get_id();
+    result = std::move(r);
+    done.store(true);
+  });
+  const bool drove = transport_->Drive([&done] { return done.load(); });
+  if (GetParam() == "ucx-busy") {
+    ASSERT_TRUE(drove);
+    EXPECT_EQ(callback_thread, std::this_thread::get_id());
+  } else {
+    EXPECT_FALSE(drove);
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!done.load() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(done.load());
+    EXPECT_NE(callback_thread, std::this_thread::get_id());
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->header, "driven");
+}
+
+// Shutting a connection down ends a call whose caller is driving the transport, and the
+// driving caller returns; the transport serves new connections afterwards.
+TEST_P(TransportTest, ShutdownEndsACallWhileItsCallerDrives) {
+  absl::Notification done;
+  absl::Status status;
+  connection_->Call(MakeRequest(kNeverReply, "", absl::Seconds(20)),
+                    [&](absl::StatusOr<Response> r) {
+                      status = r.status();
+                      done.Notify();
+                    });
+  std::thread stopper([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    connection_->Shutdown();
+  });
+  transport_->Drive([&done] { return done.HasBeenNotified(); });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  stopper.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  auto again = transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(CallAndWait(**again, MakeRequest(kEcho, "again"), transport_.get()).ok());
+  (*again)->Shutdown();
 }
 
 TEST_P(TransportTest, RequestsOfOneConnectionReachTheHandlerInOrder) {
@@ -235,7 +295,7 @@ TEST_P(TransportTest, PayloadsAroundTheRendezvousThresholdArriveWhole) {
     // The sink in two pieces, with a gap between them, to see each lands where it should.
     request.response_sink = {absl::MakeSpan(back.data(), size / 2),
                              absl::MakeSpan(back.data() + size / 2 + 16, size - size / 2)};
-    absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+    absl::StatusOr<Response> response = Call(std::move(request));
     ASSERT_TRUE(response.ok()) << size << ": " << response.status();
     ASSERT_EQ(response->payload.ToString(),
               std::string(reinterpret_cast<const char*>(out.data()), size))
@@ -268,7 +328,7 @@ TEST_P(TransportTest, ConcurrentLargeResponsesLandInTheirCallersSinks) {
         for (int p = 0; p < kPieces; ++p) {
           request.response_sink.push_back(absl::MakeSpan(back.data() + p * piece, piece));
         }
-        absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+        absl::StatusOr<Response> response = Call(std::move(request));
         if (response.ok() && response->payload.ToString() == std::string(out.begin(), out.end())) {
           ++good;
         }
@@ -283,9 +343,9 @@ TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {
   std::vector<uint8_t> big(5 << 20, 7);
   Request request = MakeRequest(kEcho, "");
   request.payload = Payload::Borrow(big);
-  absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+  absl::StatusOr<Response> response = Call(std::move(request));
   EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(CallAndWait(*connection_, MakeRequest(kEcho, "still here")).ok());
+  EXPECT_TRUE(Call(MakeRequest(kEcho, "still here")).ok());
 }
 
 TEST_P(TransportTest, ShutdownCancelsOutstandingCallsAndRefusesNewOnes) {
@@ -298,19 +358,17 @@ TEST_P(TransportTest, ShutdownCancelsOutstandingCallsAndRefusesNewOnes) {
   connection_->Shutdown();
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(CallAndWait(*connection_, MakeRequest(kEcho, "")).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Call(MakeRequest(kEcho, "")).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_P(TransportTest, CallsToAStoppedListenerFailUnavailable) {
   listener_->Shutdown();
-  absl::StatusOr<Response> response =
-      CallAndWait(*connection_, MakeRequest(kEcho, "", absl::Seconds(5)));
+  absl::StatusOr<Response> response = Call(MakeRequest(kEcho, "", absl::Seconds(5)));
   EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable) << response.status();
 }
 
 TEST_P(TransportTest, ClientReconnectsToARestartedServer) {
-  ASSERT_TRUE(CallAndWait(*connection_, MakeRequest(kEcho, "before")).ok());
+  ASSERT_TRUE(Call(MakeRequest(kEcho, "before")).ok());
   const std::string address = listener_->address();
   listener_->Shutdown();
   TestHandler restarted;
@@ -320,8 +378,7 @@ TEST_P(TransportTest, ClientReconnectsToARestartedServer) {
   absl::Status last;
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   while (absl::Now() < give_up) {
-    absl::StatusOr<Response> response =
-        CallAndWait(*connection_, MakeRequest(kEcho, "after", absl::Seconds(2)));
+    absl::StatusOr<Response> response = Call(MakeRequest(kEcho, "after", absl::Seconds(2)));
     last = response.status();
     if (response.ok()) {
       EXPECT_EQ(response->header, "after");
@@ -382,7 +439,8 @@ TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
-                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),
+                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"},
+                                                                          /*with_busy_poll=*/true)),
                          [](const auto& info) { return testing::TestName(info.param); });
 
 }  // namespace

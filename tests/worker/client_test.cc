@@ -42,6 +42,17 @@ class ClientTest : public ::testing::TestWithParam<std::string> {
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
   }
+  // A one-shard cluster of two workers (c0_, c1_) that both declare `spec` (id_).
+  void StartTwoWorkersWith(const TensorSpec& spec) {
+    StartCluster(1, 2);
+    c0_ = NewClient(0);
+    c1_ = NewClient(1);
+    for (Client* worker : {c0_.get(), c1_.get()}) {
+      absl::StatusOr<TensorId> id = worker->Declare(spec);
+      ASSERT_TRUE(id.ok()) << id.status();
+      id_ = *id;
+    }
+  }
   uint64_t TotalDataRequests() {
     uint64_t total = 0;
     for (size_t i = 0; i < cluster_->addresses().size(); ++i) {
@@ -51,6 +62,8 @@ class ClientTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::unique_ptr<TestCluster> cluster_;
+  std::unique_ptr<Client> c0_, c1_;
+  TensorId id_ = 0;
 };
 
 TEST_P(ClientTest, BspPushPullEqualsSingleProcessSgd) {
@@ -180,19 +193,45 @@ TEST_P(ClientTest, CallbacksRunOnceAndOperationsReportDone) {
   EXPECT_FLOAT_EQ(w[0], -0.1f);
 }
 
+// Wait() drives the transport where it can be driven (UCX with busy polling): the last message
+// of the operation completes on the waiting thread, with no hand-off from a transport thread.
+TEST_P(ClientTest, WaitCompletesTheOperationOnTheWaitingThreadWhereTheTransportCanBeDriven) {
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkersWith(Spec("w", 64)));
+  std::vector<float> w0(64), g(64, 1.0f);
+  std::thread::id callback_thread;
+  // BSP: worker 0's weights come once worker 1 has pushed too, 50 ms later; by then worker 0
+  // is waiting. (Worker 1 does not wait on its operation, so only worker 0 drives.)
+  Operation op = c0_->PushPull(id_, g, absl::MakeSpan(w0), 0, [&](const absl::Status&) {
+    callback_thread = std::this_thread::get_id();
+  });
+  std::thread late([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    absl::Notification pushed;
+    c1_->Push(id_, g, 0, [&pushed](const absl::Status& status) {
+      EXPECT_TRUE(status.ok()) << status;
+      pushed.Notify();
+    });
+    EXPECT_TRUE(pushed.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  });
+  ASSERT_TRUE(op.Wait().ok());
+  late.join();
+  EXPECT_FLOAT_EQ(w0[0], -0.2f);
+  if (GetParam() == "ucx-busy") {
+    EXPECT_EQ(callback_thread, std::this_thread::get_id());
+  } else {
+    EXPECT_NE(callback_thread, std::this_thread::get_id());
+  }
+}
+
 TEST_P(ClientTest, PullWaitsForTheVersionItAsksFor) {
-  StartCluster(1, 2);
-  std::unique_ptr<Client> c0 = NewClient(0), c1 = NewClient(1);
-  auto id = c0->Declare(Spec("w", 64));
-  ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(c1->Declare(Spec("w", 64)).ok());
+  ASSERT_NO_FATAL_FAILURE(StartTwoWorkersWith(Spec("w", 64)));
   std::vector<float> w(64), g(64, 1.0f);
-  Operation pull = c0->Pull(*id, absl::MakeSpan(w), 1);
+  Operation pull = c0_->Pull(id_, absl::MakeSpan(w), 1);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(pull.done());
-  ASSERT_TRUE(c0->Push(*id, g, 0).Wait().ok());
+  ASSERT_TRUE(c0_->Push(id_, g, 0).Wait().ok());
   EXPECT_FALSE(pull.done());
-  ASSERT_TRUE(c1->Push(*id, g, 0).Wait().ok());
+  ASSERT_TRUE(c1_->Push(id_, g, 0).Wait().ok());
   ASSERT_TRUE(pull.Wait().ok());
   EXPECT_FLOAT_EQ(w[0], -0.2f);
 }
@@ -492,7 +531,8 @@ TEST_P(ClientTest, StatsCountParameterAndOptimizerStateBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientTest,
-                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),
+                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"},
+                                                                          /*with_busy_poll=*/true)),
                          [](const auto& info) { return testing::TestName(info.param); });
 
 // With every request delivered twice, shards recognise the copies: BSP results stay exact.

@@ -52,7 +52,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   std::string server_address ABSL_GUARDED_BY(mu);  // the UCX worker connected to
   absl::Status last_error ABSL_GUARDED_BY(mu);
 
-  // Progress thread only.
+  // Only by the thread holding the worker.
   struct Receiving {
     void* request = nullptr;
     ResponseCallback done;
@@ -421,22 +421,24 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
     header.set_timeout_us(
         std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - absl::Now())));
   }
-  const bool posted = core_->worker->Post([core = core_, id, header = header.SerializeAsString(),
-                                           payload = std::move(request.payload),
-                                           sink = std::move(request.response_sink)]() mutable {
-    if (core->ep == nullptr) {
-      core->tracker->Finish(
-          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
-      return;
-    }
-    if (!sink.empty()) core->sinks[id] = std::move(sink);
-    SendFrame(*core->worker, core->ep, kRequestAm, header, std::move(payload),
-              [core, id](ucs_status_t status) {
-                if (status == UCS_OK) return;
-                core->sinks.erase(id);
-                core->tracker->Finish(id, UcxError("sending the request", status));
-              });
-  });
+  // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
+  // drives the rest itself, with no hand-off to the progress thread.
+  const bool posted = core_->worker->RunOrPost(
+      [core = core_, id, header = header.SerializeAsString(), payload = std::move(request.payload),
+       sink = std::move(request.response_sink)]() mutable {
+        if (core->ep == nullptr) {
+          core->tracker->Finish(id, absl::UnavailableError(
+                                        absl::StrCat("connection to ", core->address, " is down")));
+          return;
+        }
+        if (!sink.empty()) core->sinks[id] = std::move(sink);
+        SendFrame(*core->worker, core->ep, kRequestAm, header, std::move(payload),
+                  [core, id](ucs_status_t status) {
+                    if (status == UCS_OK) return;
+                    core->sinks.erase(id);
+                    core->tracker->Finish(id, UcxError("sending the request", status));
+                  });
+      });
   if (!posted) {
     core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
   }

@@ -24,7 +24,7 @@ struct ClientWorker {
 
   std::unique_ptr<UcxWorker> worker;
   std::atomic<uint64_t> next_connection{1};
-  // Progress thread only: connections by their number (responses carry it).
+  // Only by the thread holding the worker: connections by their number (responses carry it).
   absl::flat_hash_map<uint64_t, std::weak_ptr<ClientCore>> connections;
 };
 

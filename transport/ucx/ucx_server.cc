@@ -43,7 +43,7 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   RequestHandler* handler = nullptr;
   size_t max_message_bytes = 0;
   std::unique_ptr<UcxWorker> worker;
-  // Progress thread only.
+  // Only by the thread holding the worker.
   absl::flat_hash_map<uint64_t, Peer> peers;
   uint64_t next_peer = 1;
 

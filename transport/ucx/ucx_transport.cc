@@ -1,12 +1,16 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
 #include "transport/grpc/grpc_transport.h"
@@ -56,6 +60,29 @@ class UcxTransport final : public Transport {
         ucx_internal::UcxConnection::Connect(address, deadline, worker, grpc_, &timers_,
                                              options_.max_message_bytes));
     return std::unique_ptr<Connection>(std::move(connection));
+  }
+
+  // Drives for as long as a progress thread would poll: until done with busy polling, else
+  // for the poll window before sleeping (the caller then blocks).
+  bool Drive(absl::FunctionRef<bool()> done) override {
+    if (done()) return true;
+    const int64_t give_up =
+        options_.busy_poll
+            ? std::numeric_limits<int64_t>::max()
+            : absl::GetCurrentTimeNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
+    std::vector<ucx_internal::UcxWorker*> workers;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [devices, client] : client_workers_) workers.push_back(client->worker.get());
+    }
+    for (ucx_internal::UcxWorker* worker : workers) worker->BeginDriving();
+    bool driving = !workers.empty();
+    while (driving && !done() && absl::GetCurrentTimeNanos() < give_up) {
+      driving = false;
+      for (ucx_internal::UcxWorker* worker : workers) driving |= worker->DriveOnce();
+    }
+    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
+    return done();
   }
 
  private:

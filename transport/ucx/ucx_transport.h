@@ -30,7 +30,8 @@ struct UcxOptions {
   // address (no other interface gets involved), UCX's choice otherwise.
   std::string net_devices = "auto";
   // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
-  // CPU).
+  // CPU). Callers then also send from their own thread, and Drive() until their calls are
+  // done; otherwise Drive() polls for poll_before_sleep at most.
   bool busy_poll = false;
   // Otherwise the progress thread keeps polling this long after its last event before it
   // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).

@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_worker.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -21,6 +22,24 @@
 #include "common/log.h"
 
 namespace hetps::transport::ucx_internal {
+
+namespace {
+// The worker the calling thread holds, if any (see UcxWorker::Holding).
+thread_local const UcxWorker* held_worker = nullptr;
+}  // namespace
+
+// Marks the calling thread as holding the worker while ucx_mu_ is held (restores the previous
+// mark: a thread may hold a client and a server worker of one process in turn).
+class UcxWorker::Holding {
+ public:
+  explicit Holding(const UcxWorker* worker) : previous_(held_worker) { held_worker = worker; }
+  ~Holding() { held_worker = previous_; }
+  Holding(const Holding&) = delete;
+  Holding& operator=(const Holding&) = delete;
+
+ private:
+  const UcxWorker* const previous_;
+};
 
 absl::Status UcxError(absl::string_view what, ucs_status_t status) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(status)));
@@ -72,7 +91,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread touches it
+  // One thread at a time (the holder of ucx_mu_), not always the same one.
+  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(w->context_, &worker_params, &w->worker_);
   if (status != UCS_OK) {
     ucp_cleanup(w->context_);
@@ -136,8 +156,35 @@ void UcxWorker::Wake() {
 }
 
 bool UcxWorker::RunOrPost(absl::AnyInvocable<void()> task) {
-  if (std::this_thread::get_id() != thread_.get_id()) return Post(std::move(task));
-  task();
+  if (held_worker == this) {
+    task();
+    return true;
+  }
+  // Without busy polling the progress thread may sleep in epoll, armed: it would not notice
+  // what a send from here leaves to progress. So only a busy-polling worker runs it here (its
+  // progress thread never sleeps).
+  if (!options_.busy_poll || !ucx_mu_.TryLock()) return Post(std::move(task));
+  bool stopping;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping = stopping_;
+  }
+  if (!stopping) {
+    Holding holding(this);
+    RunTasks();  // those posted before keep their place
+    task();
+  }
+  ucx_mu_.Unlock();
+  return !stopping;
+}
+
+bool UcxWorker::DriveOnce() {
+  if (held_worker == this) return false;
+  absl::MutexLock lock(&ucx_mu_);
+  if (released_) return false;
+  Holding holding(this);
+  RunTasks();
+  ucp_worker_progress(worker_);
   return true;
 }
 
@@ -148,6 +195,7 @@ void UcxWorker::Stop(absl::AnyInvocable<void()> last) {
     stopping_ = true;
     last_task_ = std::move(last);
   }
+  stop_requested_.store(true);
   Wake();
   if (thread_.joinable()) thread_.join();
 }
@@ -172,15 +220,20 @@ ucs_status_t UcxWorker::OnAm(void* arg, const void* header, size_t header_length
   return (*static_cast<AmHandler*>(arg))(header, header_length, data, length, param);
 }
 
-bool UcxWorker::RunTasks(bool* stopping) {
-  if (!news_.exchange(false)) return false;
+bool UcxWorker::RunTasks() {
+  // A load first: polling loops call this all the time, and a load keeps the line shared.
+  if (!news_.load(std::memory_order_relaxed) || !news_.exchange(false)) return false;
+  // Tasks may post tasks (they run on the next round): swap into a local list, so that the
+  // member ones keep their capacity and no allocation happens per round.
+  std::vector<absl::AnyInvocable<void()>> running;
+  running.swap(running_);
   {
     absl::MutexLock lock(&mu_);
-    running_.swap(tasks_);  // both keep their capacity: no allocation per wake-up
-    *stopping = stopping_;
+    running.swap(tasks_);
   }
-  for (auto& task : running_) task();
-  running_.clear();
+  for (auto& task : running) task();
+  running.clear();
+  running_.swap(running);
   return true;
 }
 
@@ -193,40 +246,67 @@ void UcxWorker::Run() {
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
   const int64_t poll_ns = absl::ToInt64Nanoseconds(options_.poll_before_sleep);
   int64_t last_activity = absl::GetCurrentTimeNanos();
-  while (true) {
-    bool stopping = false;
-    const bool ran = RunTasks(&stopping);
-    if (stopping) break;
-    if (ucp_worker_progress(worker_) != 0 || ran) {
+  while (!stop_requested_.load()) {
+    // Where callers drive, whoever else wants this CPU goes first when there is nothing to do:
+    // a caller driving the worker (which is then left to it), or one about to wait.
+    const bool polite = driven_.load(std::memory_order_relaxed);
+    if (drivers_.load() > 0) {
+      last_activity = absl::GetCurrentTimeNanos();  // their calls count as activity
+      sched_yield();
+      continue;
+    }
+    if (ProgressOnce()) {
       last_activity = absl::GetCurrentTimeNanos();
       continue;
     }
     // An answer usually follows within microseconds of a message: waking up from epoll would
-    // cost more, so poll on for a while before sleeping.
-    if (options_.busy_poll || absl::GetCurrentTimeNanos() - last_activity < poll_ns) continue;
-    const ucs_status_t armed = ucp_worker_arm(worker_);
-    if (armed == UCS_ERR_BUSY) continue;  // more events already: progress again
-    sleeping_.store(true);
-    if (!news_.load()) {
-      epoll_event events[2];
-      // The timeout only bounds how long a lost wake-up could delay a task.
-      epoll_wait(epoll_fd_, events, 2, 100);
+    // cost more, so poll on for a while before sleeping (or for ever, busy polling).
+    if (options_.busy_poll || absl::GetCurrentTimeNanos() - last_activity < poll_ns) {
+      if (polite) sched_yield();
+      continue;
     }
-    sleeping_.store(false);
+    SleepUntilEvent();
     last_activity = absl::GetCurrentTimeNanos();
-    uint64_t count;
-    while (read(wake_fd_, &count, sizeof(count)) > 0) {
-    }
   }
+  Release();
+}
+
+bool UcxWorker::ProgressOnce() {
+  absl::MutexLock lock(&ucx_mu_);
+  Holding holding(this);
+  const bool ran = RunTasks();
+  return ucp_worker_progress(worker_) != 0 || ran;
+}
+
+void UcxWorker::SleepUntilEvent() {
+  {
+    absl::MutexLock lock(&ucx_mu_);
+    if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) return;  // more events already
+  }
+  sleeping_.store(true);
+  if (!news_.load() && !stop_requested_.load()) {
+    epoll_event events[2];
+    // The timeout only bounds how long a lost wake-up could delay a task.
+    epoll_wait(epoll_fd_, events, 2, 100);
+  }
+  sleeping_.store(false);
+  uint64_t count;
+  while (read(wake_fd_, &count, sizeof(count)) > 0) {
+  }
+}
+
+void UcxWorker::Release() {
+  absl::MutexLock hold(&ucx_mu_);
+  Holding holding(this);
+  RunTasks();  // posted before Stop()
   absl::AnyInvocable<void()> last;
   {
     absl::MutexLock lock(&mu_);
     last = std::move(last_task_);
   }
   if (last) last();
-  bool stopped;
   news_.store(true);
-  RunTasks(&stopped);  // whatever was posted before Stop() and during `last`
+  RunTasks();  // posted during `last`
   {
     // Registered memory is released now; buffers still in use stay valid as plain memory.
     absl::MutexLock lock(&pool_->mu);
@@ -237,6 +317,7 @@ void UcxWorker::Run() {
   }
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
+  released_ = true;
   close(epoll_fd_);
   close(wake_fd_);
 }

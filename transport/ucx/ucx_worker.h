@@ -1,13 +1,23 @@
-// UcxWorker: one UCP context and worker, driven by one progress thread. Every UCX call happens
-// on that thread; other threads Post() tasks, which wake it through an eventfd. When there is
-// nothing to progress the thread sleeps in epoll on the worker's event fd (ucp_worker_arm) and
-// that eventfd, unless busy polling was asked for.
+// UcxWorker: one UCP context and worker, driven by one progress thread. UCX is used by one
+// thread at a time, the one holding the worker (its lock): the progress thread, a thread that
+// waits for its calls (driving), or with busy polling one that runs a task at once (RunOrPost).
+// Other threads Post() tasks, which wake the progress thread through an eventfd. When there is
+// nothing to progress the thread polls for a while, then sleeps in epoll on the worker's event
+// fd (ucp_worker_arm) and that eventfd, unless busy polling was asked for.
+//
+// Driving: a thread that waits for its calls drives the worker itself (BeginDriving, DriveOnce,
+// EndDriving) while the progress thread stands by, so a response completes on the waiting
+// thread with no hand-off between threads (each costs a context switch when both share a CPU).
+// The progress thread of a worker that callers drive yields the CPU at every turn it polls with
+// nothing to do: on a CPU it shares with a driving caller it then takes almost no time, and it
+// still serves at once a caller that blocks instead. (A server's worker, which no caller
+// drives, polls without yielding: a yield costs a system call.)
 //
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
 //
-// Thread safety: Post, address and Stop may be called from any thread; everything else only
-// from tasks (on the progress thread).
+// Thread safety: Post, RunOrPost, the driving calls, address and Stop may be called from any
+// thread; everything else only from tasks (by the thread holding the worker).
 #ifndef HETPS_TRANSPORT_UCX_UCX_WORKER_H_
 #define HETPS_TRANSPORT_UCX_UCX_WORKER_H_
 
@@ -36,7 +46,7 @@ inline constexpr unsigned kResponseAm = 2;
 
 class UcxWorker {
  public:
-  // Called on the progress thread for every active message `id` (see ucp_am_recv_callback_t).
+  // Called, holding the worker, for every active message `id` (see ucp_am_recv_callback_t).
   using AmHandler = std::function<ucs_status_t(const void* header, size_t header_length, void* data,
                                                size_t length, const ucp_am_recv_param_t* param)>;
 
@@ -46,11 +56,24 @@ class UcxWorker {
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
 
-  // Runs `task` on the progress thread; false once stopping (the task is dropped).
+  // Runs `task` soon, holding the worker (the progress thread, or a driving caller); false
+  // once stopping (the task is dropped).
   bool Post(absl::AnyInvocable<void()> task);
-  // Runs `task` at once when called on the progress thread (a reply sent from a request's
-  // handler), else posts it.
+  // Runs `task` at once when the calling thread holds the worker (a reply sent from a request's
+  // handler) or, with busy polling, when no other thread holds it (after the tasks posted
+  // before); else posts it. False once stopping (the task is dropped).
   bool RunOrPost(absl::AnyInvocable<void()> task);
+
+  // A caller about to wait for its calls drives the worker: BeginDriving, DriveOnce until its
+  // calls are done (or it gives up), EndDriving. DriveOnce runs posted tasks and progresses
+  // once, holding the worker (waiting while another driver holds it); false when it cannot
+  // (the worker stopped, or the calling thread holds it already: a callback must not wait).
+  void BeginDriving() {
+    drivers_.fetch_add(1);
+    driven_.store(true, std::memory_order_relaxed);
+  }
+  bool DriveOnce();
+  void EndDriving() { drivers_.fetch_sub(1); }
   // Runs `last` on the progress thread after the tasks already posted, then ends the thread
   // and releases UCX. Idempotent.
   void Stop(absl::AnyInvocable<void()> last = nullptr);
@@ -59,7 +82,7 @@ class UcxWorker {
   const std::string& address() const { return address_; }
   const UcxOptions& options() const { return options_; }
 
-  // --- On the progress thread only ---
+  // --- Only by the thread holding the worker (in tasks, handlers and callbacks) ---
   ucp_worker_h worker() const { return worker_; }
   void SetAmHandler(unsigned id, AmHandler handler);
   // Progresses until `done()` or `timeout` (for closing endpoints and flushing).
@@ -73,12 +96,19 @@ class UcxWorker {
  private:
   struct PooledBuffer;
   struct Pool;
+  class Holding;
 
   UcxWorker() = default;
   void Run();
-  // Runs what was posted; false if nothing was. Sets *stopping once Stop() was called (nothing
-  // can be posted after that).
-  bool RunTasks(bool* stopping);
+  // One round of posted tasks and progress, holding the worker; true if anything happened.
+  bool ProgressOnce();
+  // Arms the worker's event fd and sleeps until UCX or a task needs the thread (bounded).
+  void SleepUntilEvent();
+  // After Stop(): the last tasks, then UCX is released.
+  void Release();
+  // Runs what was posted; false if nothing was. Needs the worker held.
+  bool RunTasks();
+  // Tells the progress thread about news (writes to the eventfd if it sleeps).
   void Wake();
   static ucs_status_t OnAm(void* arg, const void* header, size_t header_length, void* data,
                            size_t length, const ucp_am_recv_param_t* param);
@@ -94,20 +124,28 @@ class UcxWorker {
   std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
   std::shared_ptr<Pool> pool_;
 
+  // Held by whoever uses UCX. Taken before mu_ when both are.
+  absl::Mutex ucx_mu_;
+  bool released_ ABSL_GUARDED_BY(ucx_mu_) = false;  // UCX is gone (after Stop)
+  std::vector<absl::AnyInvocable<void()>> running_ ABSL_GUARDED_BY(ucx_mu_);
+
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::AnyInvocable<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::AnyInvocable<void()>> running_;  // progress thread only
-  // Lock-free hints for the polling loop: something was posted (or Stop was called), and the
-  // progress thread sleeps in epoll (only then does Post write to the eventfd).
+  // Lock-free hints for the polling loop: something was posted, Stop was called, the progress
+  // thread sleeps (only then does Wake write to the eventfd), how many callers drive the worker,
+  // whether any ever did.
   std::atomic<bool> news_{false};
+  std::atomic<bool> stop_requested_{false};
   std::atomic<bool> sleeping_{false};
+  std::atomic<int> drivers_{0};
+  std::atomic<bool> driven_{false};
   absl::AnyInvocable<void()> last_task_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
   std::string name_;
 };
 
-// Sends one frame as an active message on `ep`; `done` runs on the progress thread when UCX is
+// Sends one frame as an active message on `ep`; `done` runs, holding the worker, when UCX is
 // done with the header and the payload (or the send failed). The payload is sent from where it
 // is (rendezvous zero-copy when large).
 // A list of buffer pieces as UCX's send and receive calls take it: one piece as a contiguous
@@ -123,7 +161,7 @@ UcxBuffer DescribePieces(std::vector<ucp_dt_iov_t>& pieces);
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
                Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
 
-// Creates an endpoint to `address`; `on_error` runs on the progress thread if UCX reports the
+// Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
 // keeps `on_error` until it stops: it must hold only weak references. UNAVAILABLE if UCX
 // refuses.

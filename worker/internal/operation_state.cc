@@ -37,6 +37,7 @@ void OperationState::Finish() {
   if (callback) callback(status);
   absl::MutexLock lock(&mu_);
   done_ = true;
+  finished_.store(true, std::memory_order_release);
 }
 
 void OperationState::CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds) {
@@ -44,14 +45,29 @@ void OperationState::CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseco
   wait_nanoseconds_ = std::move(nanoseconds);
 }
 
-absl::Status OperationState::Wait() {
+void OperationState::DriveWith(std::weak_ptr<transport::Transport> transport) {
   absl::MutexLock lock(&mu_);
-  if (wait_nanoseconds_ != nullptr && !done_) {
-    const absl::Time start = absl::Now();
-    mu_.Await(absl::Condition(&done_));
-    wait_nanoseconds_->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
+  transport_ = std::move(transport);
+}
+
+absl::Status OperationState::Wait() {
+  std::shared_ptr<std::atomic<int64_t>> wait_nanoseconds;
+  std::weak_ptr<transport::Transport> weak_transport;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return status_;
+    wait_nanoseconds = wait_nanoseconds_;
+    weak_transport = transport_;
   }
+  const absl::Time start = absl::Now();
+  if (std::shared_ptr<transport::Transport> transport = weak_transport.lock()) {
+    transport->Drive([this] { return finished_.load(std::memory_order_acquire); });
+  }
+  absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
+  if (wait_nanoseconds != nullptr) {
+    wait_nanoseconds->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
+  }
   return status_;
 }
 

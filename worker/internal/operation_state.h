@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/transport.h"
 #include "worker/client.h"
 
 namespace hetps::internal {
@@ -29,6 +30,8 @@ class OperationState {
   void MessageDone(const absl::Status& status);
   // Wait() adds the time it blocks to `nanoseconds` (the device client's waited-on-PS figure).
   void CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
+  // Wait() drives `transport` (see Transport::Drive) before it blocks, while it still exists.
+  void DriveWith(std::weak_ptr<transport::Transport> transport);
   absl::Status Wait();
   bool done();
 
@@ -41,6 +44,8 @@ class OperationState {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   DoneCallback callback_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<std::atomic<int64_t>> wait_nanoseconds_ ABSL_GUARDED_BY(mu_);
+  std::weak_ptr<transport::Transport> transport_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> finished_{false};  // done_, for a driving Wait() to poll without the lock
 };
 
 }  // namespace hetps::internal

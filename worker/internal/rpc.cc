@@ -1,16 +1,19 @@
 #include "worker/internal/rpc.h"
 
+#include <atomic>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
 namespace hetps::internal {
 
 absl::StatusOr<std::vector<transport::Response>> CallEach(
-    const std::vector<std::shared_ptr<ShardChannel>>& channels, uint32_t method,
-    const std::vector<std::string>& headers, std::vector<transport::Payload> payloads,
-    absl::Time deadline) {
+    transport::Transport& transport, const std::vector<std::shared_ptr<ShardChannel>>& channels,
+    uint32_t method, const std::vector<std::string>& headers,
+    std::vector<transport::Payload> payloads, absl::Time deadline) {
   struct Gather {
     absl::Mutex mu;
+    std::atomic<bool> all_answered{false};  // remaining == 0, for Drive to poll
     size_t remaining ABSL_GUARDED_BY(mu);
     std::vector<absl::StatusOr<transport::Response>> results ABSL_GUARDED_BY(mu);
   };
@@ -18,6 +21,7 @@ absl::StatusOr<std::vector<transport::Response>> CallEach(
   {
     absl::MutexLock lock(&gather->mu);
     gather->remaining = channels.size();
+    gather->all_answered.store(channels.empty());
     gather->results.resize(channels.size(), absl::UnknownError("no answer"));
   }
   payloads.resize(channels.size());
@@ -26,9 +30,10 @@ absl::StatusOr<std::vector<transport::Response>> CallEach(
                       [gather, i](absl::StatusOr<transport::Response> result) {
                         absl::MutexLock lock(&gather->mu);
                         gather->results[i] = std::move(result);
-                        --gather->remaining;
+                        if (--gather->remaining == 0) gather->all_answered.store(true);
                       });
   }
+  transport.Drive([&gather] { return gather->all_answered.load(); });
   absl::MutexLock lock(&gather->mu);
   auto all_answered = [&gather]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gather->mu) {
     return gather->remaining == 0;

@@ -16,11 +16,11 @@
 namespace hetps::internal {
 
 // Request i (headers[i], payloads[i] if given) goes to channels[i]. Returns the responses in the
-// same order, or the first error.
+// same order, or the first error. Drives `transport` while it waits (see Transport::Drive).
 absl::StatusOr<std::vector<transport::Response>> CallEach(
-    const std::vector<std::shared_ptr<ShardChannel>>& channels, uint32_t method,
-    const std::vector<std::string>& headers, std::vector<transport::Payload> payloads,
-    absl::Time deadline);
+    transport::Transport& transport, const std::vector<std::shared_ptr<ShardChannel>>& channels,
+    uint32_t method, const std::vector<std::string>& headers,
+    std::vector<transport::Payload> payloads, absl::Time deadline);
 
 }  // namespace hetps::internal
 
