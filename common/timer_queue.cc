@@ -20,7 +20,7 @@ TimerQueue::TimerId TimerQueue::Schedule(absl::Time when, absl::AnyInvocable<voi
   absl::MutexLock lock(&mu_);
   TimerId id = next_id_++;
   if (when < sleeps_until_) ++wakeups_;
-  last_scheduled_ = absl::Now();
+  ++scheduled_;  // the thread reads the clock, not every caller
   timers_.emplace(Key{when, id}, std::move(callback));
   deadlines_.emplace(id, when);
   return id;
@@ -41,6 +41,10 @@ void TimerQueue::Run() {
   mu_.Lock();
   while (!stopping_) {
     const absl::Time now = absl::Now();
+    if (scheduled_ != scheduled_seen_) {
+      scheduled_seen_ = scheduled_;
+      last_scheduled_ = now;
+    }
     absl::Time next = timers_.empty() ? absl::InfiniteFuture() : timers_.begin()->first.first;
     if (now < next) {
       if (now - last_scheduled_ < kIdle) next = std::min(next, now + kTick);

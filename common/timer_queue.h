@@ -58,6 +58,10 @@ class TimerQueue {
   // Bumped to wake the thread: a timer is due before the thread would wake by itself.
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time sleeps_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Timers scheduled so far, and how many of them the thread had seen when it last looked: it
+  // notes the time of the last one it noticed (at most kTick late), for kIdle.
+  uint64_t scheduled_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t scheduled_seen_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_scheduled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<Key, absl::AnyInvocable<void()>> timers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TimerId, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);

@@ -135,8 +135,8 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
     if (fresh.ok()) {
       out = std::make_shared<AlignedBuffer>(*std::move(fresh));
     } else {
-      LogWarning("partition %d: %s; updating in place while a pull is being sent",
-                 config_.index, fresh.status().ToString());
+      LogWarning("partition %d: %s; updating in place while a pull is being sent", config_.index,
+                 fresh.status().ToString());
     }
   }
   UpdateArgs args;
@@ -148,13 +148,12 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
   args.step = version();
   const Optimizer& optimizer = OptimizerForNextStep();
   if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
-    config_.kernel_pool->ParallelFor(args.size, kPartitionAlignElements,
-                                     [&](size_t begin, size_t end) {
-                                       std::vector<const float*> slice_gradients;
-                                       std::vector<float*> slice_state;
-                                       optimizer.Update(Slice(args, begin, end, slice_gradients,
-                                                              slice_state));
-                                     });
+    config_.kernel_pool->ParallelFor(
+        args.size, kPartitionAlignElements, [&](size_t begin, size_t end) {
+          std::vector<const float*> slice_gradients;
+          std::vector<float*> slice_state;
+          optimizer.Update(Slice(args, begin, end, slice_gradients, slice_state));
+        });
   } else {
     optimizer.Update(args);
   }
@@ -169,9 +168,9 @@ absl::Status Partition::Reschedule(uint64_t from_version,
         "partition %d is at version %d: too late to change the optimizer from version %d on",
         config_.index, version(), from_version));
   }
-  auto it = std::lower_bound(
-      schedule_.begin(), schedule_.end(), from_version,
-      [](const auto& entry, uint64_t version) { return entry.first < version; });
+  auto it =
+      std::lower_bound(schedule_.begin(), schedule_.end(), from_version,
+                       [](const auto& entry, uint64_t version) { return entry.first < version; });
   if (it != schedule_.end() && it->first == from_version) {
     it->second = std::move(optimizer);
   } else {
@@ -195,14 +194,12 @@ void Partition::SetInitialValues(const transport::Payload& values) {
 WeightsSnapshot Partition::Snapshot(FloatFormat format) {
   if (format == FloatFormat::kFp32) {
     const AlignedBuffer& weights = *weights_;
-    return {transport::Payload::Shared(transport::AsBytes(weights.span()), weights_),
-            version()};
+    return {transport::Payload::Shared(transport::AsBytes(weights.span()), weights_), version()};
   }
   WireCopy& copy = format == FloatFormat::kBf16 ? bf16_ : fp16_;
   if (copy.values == nullptr || copy.version != version()) {
     auto values = std::make_shared<std::vector<uint16_t>>(config_.range.size);
-    ConvertFloats(weights_->data(), FloatFormat::kFp32, values->data(), format,
-                  config_.range.size);
+    ConvertFloats(weights_->data(), FloatFormat::kFp32, values->data(), format, config_.range.size);
     copy = WireCopy{version(), std::move(values)};
   }
   return {transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy.values)),
@@ -218,6 +215,7 @@ void Partition::Pull(uint64_t min_version, FloatFormat format,
   }
   // Drop waiters whose requests already ended (deadline) so they cannot pile up.
   std::erase_if(waiters_, [](const Waiter& w) { return w.request->finished(); });
+  request->WaitsForVersion();
   waiters_.push_back(Waiter{min_version, format, std::move(request), slot});
 }
 

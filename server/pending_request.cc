@@ -1,6 +1,10 @@
 #include "server/pending_request.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace hetps::server {
 
@@ -61,7 +65,7 @@ void PendingRequest::Reply(absl::StatusOr<transport::Response> result) {
     timers = timers_;
     timer = timer_;
   }
-  if (timers != nullptr) timers->Cancel(timer);
+  if (timer != 0) timers->Cancel(timer);
   reply(std::move(result));
 }
 
@@ -75,15 +79,26 @@ size_t PendingRequest::remaining() const {
   return remaining_;
 }
 
-void PendingRequest::SetDeadlineTimer(TimerQueue* timers, TimerQueue::TimerId timer) {
-  bool cancel_now;
-  {
-    absl::MutexLock lock(&mu_);
-    cancel_now = finished_;
-    timers_ = timers;
-    timer_ = timer;
-  }
-  if (cancel_now) timers->Cancel(timer);
+void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait) {
+  absl::MutexLock lock(&mu_);
+  timers_ = timers;
+  deadline_ = deadline;
+  max_wait_ = max_wait;
+}
+
+void PendingRequest::WaitsForVersion() {
+  absl::MutexLock lock(&mu_);
+  if (finished_ || timers_ == nullptr || timer_ != 0) return;
+  const size_t total = items_.size();
+  timer_ = timers_->Schedule(
+      std::min(deadline_, absl::Now() + max_wait_), [weak = weak_from_this(), total] {
+        if (std::shared_ptr<PendingRequest> request = weak.lock()) {
+          request->Fail(absl::DeadlineExceededError(absl::StrFormat(
+              "%d of %d partitions did not reach the wanted version before the deadline "
+              "(is a worker missing?)",
+              request->remaining(), total)));
+        }
+      });
 }
 
 }  // namespace hetps::server

@@ -32,7 +32,7 @@ struct WeightsSnapshot {
   uint64_t version = 0;
 };
 
-class PendingRequest {
+class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
  public:
   // `items` describes each slot for the response (key, partition, dtype). With
   // `returns_weights`, the reply is a PullResponse carrying every slot's snapshot; otherwise
@@ -47,8 +47,13 @@ class PendingRequest {
   // Number of items not yet complete, for error messages.
   size_t remaining() const;
 
-  // A deadline timer to cancel once the request completes.
-  void SetDeadlineTimer(TimerQueue* timers, TimerQueue::TimerId timer);
+  // The request may wait for a later version (in BSP, for the other workers' pushes) until
+  // `deadline`, and at most `max_wait` from when it starts waiting; then it fails with
+  // DeadlineExceeded. The timer is set when the first item has to wait (WaitsForVersion): most
+  // requests are answered at once and cost no timer.
+  void SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait);
+  // Called by a partition that parks one of the request's items until a later version.
+  void WaitsForVersion();
 
  private:
   void Reply(absl::StatusOr<transport::Response> result) ABSL_LOCKS_EXCLUDED(mu_);
@@ -63,8 +68,10 @@ class PendingRequest {
   std::vector<hetps::v1::PartitionItem> items_ ABSL_GUARDED_BY(mu_);
   std::vector<WeightsSnapshot> snapshots_ ABSL_GUARDED_BY(mu_);
   transport::ReplyCallback reply_ ABSL_GUARDED_BY(mu_);
-  TimerQueue* timers_ ABSL_GUARDED_BY(mu_) = nullptr;
-  TimerQueue::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;
+  TimerQueue* timers_ ABSL_GUARDED_BY(mu_) = nullptr;  // null: no deadline of its own
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_);
+  absl::Duration max_wait_ ABSL_GUARDED_BY(mu_);
+  TimerQueue::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not set
 };
 
 }  // namespace hetps::server

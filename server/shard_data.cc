@@ -150,27 +150,8 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   auto pending =
       std::make_shared<PendingRequest>(std::move(metas), call.pull, std::move(reply), metrics_);
 
-  if (call.pull) {
-    auto min_version = [&call](const DataItem& item) {
-      return call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
-    };
-    const bool may_wait = call.push || std::any_of(items->begin(), items->end(), [&](auto& item) {
-                            return item.partition->version() < min_version(item);
-                          });
-    if (may_wait) {
-      const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
-      std::weak_ptr<PendingRequest> weak = pending;
-      const size_t total = items->size();
-      pending->SetDeadlineTimer(timers_.get(), timers_->Schedule(deadline, [weak, total] {
-        if (auto request = weak.lock()) {
-          request->Fail(absl::DeadlineExceededError(absl::StrFormat(
-              "%d of %d partitions did not reach the wanted version before the deadline "
-              "(is a worker missing?)",
-              request->remaining(), total)));
-        }
-      }));
-    }
-  }
+  // A pull may wait for a later version; its deadline counts from when it has to.
+  if (call.pull) pending->SetDeadline(timers_.get(), request.deadline, options_.max_wait);
 
   // One task per owner thread, carrying that thread's items in request order.
   std::vector<std::vector<size_t>> by_owner(owners_.size());

@@ -32,8 +32,9 @@ TensorSpec Spec(const std::string& name, uint64_t n, double lr = 0.1,
 
 class ClientTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void StartCluster(int shards, int workers) {
-    auto cluster = TestCluster::Start(GetParam(), shards, workers);
+  void StartCluster(int shards, int workers,
+                    const server::ServerOptions& base = server::ServerOptions()) {
+    auto cluster = TestCluster::Start(GetParam(), shards, workers, base);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
   }
@@ -434,6 +435,24 @@ TEST_P(ClientTest, BarrierWithAMissingWorkerEndsAtTheDeadline) {
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Barrier().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+// In BSP a push-pull waits for every worker's push; the shard gives up after its max_wait and
+// says why, long before the client's own deadline.
+TEST_P(ClientTest, APullWaitingForAMissingWorkerEndsAtTheShardsMaxWait) {
+  server::ServerOptions base;
+  base.max_wait = absl::Milliseconds(200);
+  StartCluster(1, 2, base);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 64));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g(64, 1.0f), w(64);
+  const absl::Time start = absl::Now();
+  const absl::Status status = client->PushPull(*id, g, absl::MakeSpan(w), 0).Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "is a worker missing")) << status;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // the client's deadline is 20 s
 }
 
 TEST_P(ClientTest, SixteenBitWireTypesAreConvertedOnBothSides) {

@@ -1,5 +1,6 @@
 #include "transport/internal/call_tracker.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -7,13 +8,18 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 
 namespace hetps::transport::internal {
 
-struct CallTracker::State {
+// Deadlines: one timer per tracker at a time, due at the earliest deadline of the outstanding
+// calls (or earlier: the call it was set for may have ended), rather than one per call. Calls
+// mostly end long before their deadlines, and scheduling and cancelling a timer for each cost
+// more than the rest of a call's bookkeeping. When it fires it ends the calls that are due and
+// sets itself for the next deadline.
+struct CallTracker::State : std::enable_shared_from_this<State> {
   struct Call {
     ResponseCallback done;
-    TimerQueue::TimerId timer = 0;
     absl::Time deadline;
   };
 
@@ -21,17 +27,48 @@ struct CallTracker::State {
 
   // Removes call `id`; the returned callback is empty if it was not outstanding.
   ResponseCallback Take(uint64_t id, absl::Time* deadline = nullptr) {
-    Call call;
+    absl::MutexLock lock(&mu);
+    auto it = calls.find(id);
+    if (it == calls.end()) return nullptr;
+    ResponseCallback done = std::move(it->second.done);
+    if (deadline != nullptr) *deadline = it->second.deadline;
+    calls.erase(it);
+    return done;
+  }
+
+  // Sets the timer for `when` unless it is due by then already.
+  void ArmFor(absl::Time when) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (when >= timer_due || when == absl::InfiniteFuture()) return;
+    if (timer != 0) timers->Cancel(timer);
+    timer_due = when;
+    timer = timers->Schedule(when, [weak = weak_from_this()] {
+      if (std::shared_ptr<State> state = weak.lock()) state->Expire();
+    });
+  }
+
+  void Expire() {
+    std::vector<ResponseCallback> expired;
     {
       absl::MutexLock lock(&mu);
-      auto it = calls.find(id);
-      if (it == calls.end()) return nullptr;
-      call = std::move(it->second);
-      calls.erase(it);
+      timer = 0;
+      timer_due = absl::InfiniteFuture();
+      const absl::Time now = absl::Now();
+      absl::Time next = absl::InfiniteFuture();
+      for (auto it = calls.begin(); it != calls.end();) {
+        auto call = it++;
+        if (call->second.deadline <= now) {
+          expired.push_back(std::move(call->second.done));
+          calls.erase(call);
+        } else {
+          next = std::min(next, call->second.deadline);
+        }
+      }
+      ArmFor(next);
     }
-    if (call.timer != 0) timers->Cancel(call.timer);
-    if (deadline != nullptr) *deadline = call.deadline;
-    return std::move(call.done);
+    for (ResponseCallback& done : expired) {
+      done(absl::DeadlineExceededError(
+          absl::StrCat("no response from ", peer, " before the call's deadline")));
+    }
   }
 
   TimerQueue* const timers;
@@ -39,6 +76,8 @@ struct CallTracker::State {
   mutable absl::Mutex mu;
   uint64_t next_id ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<uint64_t, Call> calls ABSL_GUARDED_BY(mu);
+  TimerQueue::TimerId timer ABSL_GUARDED_BY(mu) = 0;  // 0: none set
+  absl::Time timer_due ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
 };
 
 CallTracker::CallTracker(TimerQueue* timers, std::string peer)
@@ -46,32 +85,18 @@ CallTracker::CallTracker(TimerQueue* timers, std::string peer)
 
 CallTracker::~CallTracker() {
   FailAll(absl::CancelledError(absl::StrCat("connection to ", state_->peer, " closed")));
+  absl::MutexLock lock(&state_->mu);
+  if (state_->timer != 0) state_->timers->Cancel(state_->timer);
+  state_->timer = 0;
 }
 
 uint64_t CallTracker::Start(absl::Time deadline, ResponseCallback done) {
-  uint64_t id;
-  {
-    absl::MutexLock lock(&state_->mu);
-    id = state_->next_id++;
-    State::Call& call = state_->calls[id];
-    call.done = std::move(done);
-    call.deadline = deadline;
-  }
-  if (deadline == absl::InfiniteFuture()) return id;
-  std::weak_ptr<State> weak = state_;
-  TimerQueue::TimerId timer = state_->timers->Schedule(deadline, [weak, id] {
-    std::shared_ptr<State> state = weak.lock();
-    if (state == nullptr) return;
-    ResponseCallback done = state->Take(id);
-    if (done) {
-      done(absl::DeadlineExceededError(
-          absl::StrCat("no response from ", state->peer, " before the call's deadline")));
-    }
-  });
   absl::MutexLock lock(&state_->mu);
-  auto it = state_->calls.find(id);
-  // If the call already finished, the timer finds nothing to expire when it fires.
-  if (it != state_->calls.end()) it->second.timer = timer;
+  const uint64_t id = state_->next_id++;
+  State::Call& call = state_->calls[id];
+  call.done = std::move(done);
+  call.deadline = deadline;
+  state_->ArmFor(deadline);
   return id;
 }
 

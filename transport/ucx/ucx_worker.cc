@@ -155,27 +155,27 @@ void UcxWorker::Wake() {
   [[maybe_unused]] ssize_t written = write(wake_fd_, &one, sizeof(one));
 }
 
-bool UcxWorker::RunOrPost(absl::AnyInvocable<void()> task) {
-  if (held_worker == this) {
-    task();
-    return true;
-  }
+UcxWorker::Here UcxWorker::EnterHere() {
+  if (held_worker == this) return Here::kHeldAlready;
   // Without busy polling the progress thread may sleep in epoll, armed: it would not notice
-  // what a send from here leaves to progress. So only a busy-polling worker runs it here (its
-  // progress thread never sleeps).
-  if (!options_.busy_poll || !ucx_mu_.TryLock()) return Post(std::move(task));
-  bool stopping;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping = stopping_;
+  // what a send from here leaves to progress. So only a busy-polling worker runs tasks here
+  // (its progress thread never sleeps).
+  if (!options_.busy_poll || !ucx_mu_.TryLock()) return Here::kBusy;
+  // Holding the worker, the task runs before the progress thread can release UCX, even if
+  // Stop() comes meanwhile.
+  if (stop_requested_.load()) {
+    ucx_mu_.Unlock();
+    return Here::kStopping;
   }
-  if (!stopping) {
-    Holding holding(this);
-    RunTasks();  // those posted before keep their place
-    task();
-  }
+  entered_from_ = held_worker;
+  held_worker = this;
+  RunTasks();  // those posted before keep their place
+  return Here::kEntered;
+}
+
+void UcxWorker::LeaveHere() {
+  held_worker = entered_from_;
   ucx_mu_.Unlock();
-  return !stopping;
 }
 
 bool UcxWorker::DriveOnce() {

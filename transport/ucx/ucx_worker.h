@@ -61,8 +61,25 @@ class UcxWorker {
   bool Post(absl::AnyInvocable<void()> task);
   // Runs `task` at once when the calling thread holds the worker (a reply sent from a request's
   // handler) or, with busy polling, when no other thread holds it (after the tasks posted
-  // before); else posts it. False once stopping (the task is dropped).
-  bool RunOrPost(absl::AnyInvocable<void()> task);
+  // before); else posts it. False once stopping (the task is dropped). A template, so that a
+  // task run at once is never wrapped (the wrapping allocates).
+  template <typename Task>
+  bool RunOrPost(Task&& task) {
+    switch (EnterHere()) {
+      case Here::kHeldAlready:
+        task();
+        return true;
+      case Here::kEntered:
+        task();
+        LeaveHere();
+        return true;
+      case Here::kStopping:
+        return false;
+      case Here::kBusy:
+        break;
+    }
+    return Post(absl::AnyInvocable<void()>(std::forward<Task>(task)));
+  }
 
   // A caller about to wait for its calls drives the worker: BeginDriving, DriveOnce until its
   // calls are done (or it gives up), EndDriving. DriveOnce runs posted tasks and progresses
@@ -99,6 +116,11 @@ class UcxWorker {
   class Holding;
 
   UcxWorker() = default;
+  enum class Here { kHeldAlready, kEntered, kStopping, kBusy };
+  // For RunOrPost: whether the calling thread may use UCX now. kEntered: it took the worker
+  // (and ran the tasks posted before); it must LeaveHere() after its task.
+  Here EnterHere();
+  void LeaveHere();
   void Run();
   // One round of posted tasks and progress, holding the worker; true if anything happened.
   bool ProgressOnce();
@@ -126,7 +148,8 @@ class UcxWorker {
 
   // Held by whoever uses UCX. Taken before mu_ when both are.
   absl::Mutex ucx_mu_;
-  bool released_ ABSL_GUARDED_BY(ucx_mu_) = false;  // UCX is gone (after Stop)
+  bool released_ ABSL_GUARDED_BY(ucx_mu_) = false;                    // UCX is gone (after Stop)
+  const UcxWorker* entered_from_ ABSL_GUARDED_BY(ucx_mu_) = nullptr;  // for LeaveHere
   std::vector<absl::AnyInvocable<void()>> running_ ABSL_GUARDED_BY(ucx_mu_);
 
   absl::Mutex mu_;

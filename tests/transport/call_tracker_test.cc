@@ -1,0 +1,103 @@
+// The call tracker's deadlines: one timer serves every outstanding call of a connection, so a
+// call must expire at its own deadline whatever the calls before it did.
+#include "transport/internal/call_tracker.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace hetps::transport::internal {
+namespace {
+
+// Records how and when one call ended.
+struct Outcome {
+  absl::Notification ended;
+  absl::Status status;
+  absl::Time when;
+
+  ResponseCallback Callback() {
+    return [this](absl::StatusOr<Response> result) {
+      status = result.status();
+      when = absl::Now();
+      ended.Notify();
+    };
+  }
+};
+
+class CallTrackerTest : public ::testing::Test {
+ protected:
+  TimerQueue timers_;
+  CallTracker tracker_{&timers_, "peer"};
+};
+
+TEST_F(CallTrackerTest, AShorterDeadlineStartedLaterExpiresFirst) {
+  Outcome late, soon;
+  const absl::Time start = absl::Now();
+  const uint64_t late_id = tracker_.Start(start + absl::Seconds(30), late.Callback());
+  tracker_.Start(start + absl::Milliseconds(50), soon.Callback());
+  ASSERT_TRUE(soon.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(soon.status.code(), absl::StatusCode::kDeadlineExceeded) << soon.status;
+  EXPECT_GE(soon.when, start + absl::Milliseconds(50));
+  EXPECT_FALSE(late.ended.HasBeenNotified());
+  EXPECT_TRUE(tracker_.Finish(late_id, Response()));
+  EXPECT_TRUE(late.status.ok());
+}
+
+// The timer set for a call that ended must still end the calls after it, at their deadlines.
+TEST_F(CallTrackerTest, ACallExpiresAtItsDeadlineAfterTheCallsBeforeItEnded) {
+  Outcome first, second;
+  const absl::Time start = absl::Now();
+  const uint64_t first_id = tracker_.Start(start + absl::Milliseconds(50), first.Callback());
+  tracker_.Start(start + absl::Milliseconds(150), second.Callback());
+  EXPECT_TRUE(tracker_.Finish(first_id, Response()));
+  ASSERT_TRUE(second.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kDeadlineExceeded) << second.status;
+  EXPECT_GE(second.when, start + absl::Milliseconds(150));
+  EXPECT_EQ(tracker_.outstanding(), 0u);
+}
+
+TEST_F(CallTrackerTest, CallsThatEndInTimeNeverExpireAndLaterOnesStillDo) {
+  constexpr int kCalls = 1000;
+  std::atomic<int> expired{0};
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < kCalls; ++i) {
+    ids.push_back(tracker_.Start(
+        absl::Now() + absl::Milliseconds(30), [&expired](absl::StatusOr<Response> result) {
+          if (result.status().code() == absl::StatusCode::kDeadlineExceeded) {
+            ++expired;
+          }
+        }));
+  }
+  for (uint64_t id : ids) EXPECT_TRUE(tracker_.Finish(id, Response()));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(expired.load(), 0);
+  Outcome later;
+  tracker_.Start(absl::Now() + absl::Milliseconds(20), later.Callback());
+  ASSERT_TRUE(later.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(later.status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CallTrackerTest, CallsWithoutADeadlineWaitForTheirAnswer) {
+  Outcome never, expiring;
+  const uint64_t id = tracker_.Start(absl::InfiniteFuture(), never.Callback());
+  tracker_.Start(absl::Now() + absl::Milliseconds(20), expiring.Callback());
+  ASSERT_TRUE(expiring.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(never.ended.HasBeenNotified());
+  EXPECT_TRUE(tracker_.Finish(id, Response()));
+}
+
+TEST_F(CallTrackerTest, DestroyingTheTrackerCancelsWhatIsOutstanding) {
+  Outcome pending;
+  auto tracker = std::make_unique<CallTracker>(&timers_, "peer");
+  tracker->Start(absl::Now() + absl::Seconds(30), pending.Callback());
+  tracker.reset();
+  ASSERT_TRUE(pending.ended.HasBeenNotified());
+  EXPECT_EQ(pending.status.code(), absl::StatusCode::kCancelled);
+}
+
+}  // namespace
+}  // namespace hetps::transport::internal
