@@ -166,6 +166,40 @@ TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining)
   }
 }
 
+// Workers that busy-poll send and receive their messages on the thread that waits for them
+// (the shards sleep when idle as usual): the same training, the same result.
+TEST(BusyPollingTrainingTest, BspWorkersThatDriveUcxThemselvesEqualSingleProcessTraining) {
+#ifndef HETPS_HAVE_UCX
+  GTEST_SKIP() << "this build has no UCX";
+#endif
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 2, {"--transport=ucx"}, {"HETPS_LOG_LEVEL=info"}).ok());
+  const int steps = 40;
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args =
+        WorkerArgs(cluster, r, 2, steps, "bsp", absl::StrCat(cluster.dir(), "/model", r));
+    args.push_back("--transport=ucx");
+    args.push_back("--ucx_busy_poll");
+    workers.push_back(
+        std::make_unique<Subprocess>(args, absl::StrCat(cluster.dir(), "/worker", r, ".log"),
+                                     std::vector<std::string>{"HETPS_LOG_LEVEL=info"}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
+  }
+  const std::vector<float> reference = SingleProcessReference(2, steps);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    ASSERT_EQ(model.size(), reference.size());
+    for (size_t i = 0; i < model.size(); ++i) {
+      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
+          << "worker " << r << " element " << i;
+    }
+    EXPECT_TRUE(absl::StrContains(WorkerLog(cluster, r), "/memory")) << WorkerLog(cluster, r);
+  }
+}
+
 // The device example (worker/examples/mlp_training) on the CPU: its tensors go through the
 // device client's staging pipeline on host memory, with partitions small enough that every step
 // moves many chunks.

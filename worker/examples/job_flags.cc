@@ -20,6 +20,9 @@ ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 #endif
 ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes (a multiple of 64)");
 ABSL_FLAG(double, call_timeout_s, 60, "Deadline of each message to a shard, in seconds");
+ABSL_FLAG(bool, ucx_busy_poll, false,
+          "UCX: spin instead of sleeping when idle; a waiting step then sends and receives its "
+          "messages on its own thread (lowest latency, a busy CPU)");
 
 namespace hetps::examples {
 
@@ -40,6 +43,7 @@ ClientOptions ClientOptionsFromFlags() {
   options.max_message_bytes =
       std::max<size_t>(options.max_message_bytes, options.partition_bytes + (1 << 20));
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
+  options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
   return options;
 }
 
