@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/runtime.h"
 #include "common/status_macros.h"
@@ -342,7 +343,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
 
   auto operation = std::make_shared<OperationState>(messages.size(), std::move(done));
   operation->DriveWith(transport_);
-  const absl::Time deadline = absl::Now() + options_.call_timeout;
+  const absl::Time deadline = Now() + options_.call_timeout;
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
   for (PlannedMessage& message : messages) {

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/frame.pb.h"
@@ -419,7 +420,7 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
   header.set_connection_id(server_id);
   if (request.deadline != absl::InfiniteFuture()) {
     header.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - absl::Now())));
+        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - Now())));
   }
   // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
   // drives the rest itself, with no hand-off to the progress thread.

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/frame.pb.h"
@@ -132,7 +133,7 @@ void UcxListener::Core::Deliver(hetps::v1::FrameHeader frame, Payload payload) {
   request.header = std::move(*frame.mutable_header());
   request.payload = std::move(payload);
   if (frame.timeout_us() > 0) {
-    request.deadline = absl::Now() + absl::Microseconds(frame.timeout_us());
+    request.deadline = Now() + absl::Microseconds(frame.timeout_us());
   }
   handler->HandleRequest(std::move(request),
                          [core = weak_from_this(), peer = frame.connection_id(),

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
 #include "transport/grpc/grpc_transport.h"
@@ -66,10 +67,9 @@ class UcxTransport final : public Transport {
   // for the poll window before sleeping (the caller then blocks).
   bool Drive(absl::FunctionRef<bool()> done) override {
     if (done()) return true;
-    const int64_t give_up =
-        options_.busy_poll
-            ? std::numeric_limits<int64_t>::max()
-            : absl::GetCurrentTimeNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
+    const int64_t give_up = options_.busy_poll
+                                ? std::numeric_limits<int64_t>::max()
+                                : NowNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
     std::vector<ucx_internal::UcxWorker*> workers;
     {
       absl::MutexLock lock(&mu_);
@@ -79,7 +79,7 @@ class UcxTransport final : public Transport {
     bool driving = !workers.empty();
     // The clock is read every few rounds only: on some VMs a read costs as much as a round.
     for (uint32_t round = 1; driving && !done(); ++round) {
-      if (round % 8 == 0 && absl::GetCurrentTimeNanos() >= give_up) break;
+      if (round % 8 == 0 && NowNanos() >= give_up) break;
       driving = false;
       for (ucx_internal::UcxWorker* worker : workers) driving |= worker->DriveOnce();
     }

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/aligned_buffer.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace hetps::transport::ucx_internal {
@@ -245,28 +246,28 @@ void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration 
 void UcxWorker::Run() {
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
   const int64_t poll_ns = absl::ToInt64Nanoseconds(options_.poll_before_sleep);
-  int64_t last_activity = absl::GetCurrentTimeNanos();
+  int64_t last_activity = NowNanos();
   while (!stop_requested_.load()) {
     // Where callers drive, whoever else wants this CPU goes first when there is nothing to do:
     // a caller driving the worker (which is then left to it), or one about to wait.
     const bool polite = driven_.load(std::memory_order_relaxed);
     if (drivers_.load() > 0) {
-      last_activity = absl::GetCurrentTimeNanos();  // their calls count as activity
+      last_activity = NowNanos();  // their calls count as activity
       sched_yield();
       continue;
     }
     if (ProgressOnce()) {
-      last_activity = absl::GetCurrentTimeNanos();
+      last_activity = NowNanos();
       continue;
     }
     // An answer usually follows within microseconds of a message: waking up from epoll would
     // cost more, so poll on for a while before sleeping (or for ever, busy polling).
-    if (options_.busy_poll || absl::GetCurrentTimeNanos() - last_activity < poll_ns) {
+    if (options_.busy_poll || NowNanos() - last_activity < poll_ns) {
       if (polite) sched_yield();
       continue;
     }
     SleepUntilEvent();
-    last_activity = absl::GetCurrentTimeNanos();
+    last_activity = NowNanos();
   }
   Release();
 }

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace hetps {
 namespace internal {
@@ -59,14 +60,14 @@ absl::Status OperationState::Wait() {
     wait_nanoseconds = wait_nanoseconds_;
     weak_transport = transport_;
   }
-  const absl::Time start = absl::Now();
+  const absl::Time start = wait_nanoseconds != nullptr ? Now() : absl::InfinitePast();
   if (std::shared_ptr<transport::Transport> transport = weak_transport.lock()) {
     transport->Drive([this] { return finished_.load(std::memory_order_acquire); });
   }
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
   if (wait_nanoseconds != nullptr) {
-    wait_nanoseconds->fetch_add(absl::ToInt64Nanoseconds(absl::Now() - start));
+    wait_nanoseconds->fetch_add(absl::ToInt64Nanoseconds(Now() - start));
   }
   return status_;
 }
