@@ -217,31 +217,37 @@ TEST_P(TransportTest, ManyConcurrentCallsFromSeveralThreads) {
 }
 
 // A caller that drives the transport (UCX with busy polling) completes its own call: the
-// response callback runs on its thread, with no hand-off from a transport thread. The others
-// cannot be driven and return at once.
+// response callback runs on its thread, with no hand-off from a transport thread. Elsewhere
+// Drive() gives up at once or after a short poll, and the call completes all the same.
 TEST_P(TransportTest, AWaitingCallerDrivesItsCallWhereTheTransportCanBeDriven) {
-  std::atomic<bool> done{false};
-  std::thread::id callback_thread;
-  absl::StatusOr<Response> result;
-  // Answered 20 ms later from another thread: the caller is driving by then.
-  connection_->Call(MakeRequest(kReplyLater, "driven"), [&](absl::StatusOr<Response> r) {
-    callback_thread = std::this_thread::get_id();
-    result = std::move(r);
-    done.store(true);
-  });
-  const bool drove = transport_->Drive([&done] { return done.load(); });
-  if (GetParam() == "ucx-busy") {
-    ASSERT_TRUE(drove);
-    EXPECT_EQ(callback_thread, std::this_thread::get_id());
-  } else {
-    EXPECT_FALSE(drove);
+  const bool drivable = GetParam() == "ucx-busy";
+  bool completed_here = false;
+  // Answered 20 ms later from another thread: the caller is driving by then, unless this
+  // thread lost its CPU for that long (a loaded machine), hence a few tries.
+  for (int attempt = 0; attempt < 3 && !completed_here; ++attempt) {
+    std::atomic<bool> done{false};
+    std::thread::id callback_thread;
+    absl::StatusOr<Response> result;
+    connection_->Call(MakeRequest(kReplyLater, "driven"), [&](absl::StatusOr<Response> r) {
+      callback_thread = std::this_thread::get_id();
+      result = std::move(r);
+      done.store(true);
+    });
+    const bool drove = transport_->Drive([&done] { return done.load(); });
+    if (drivable) {
+      EXPECT_TRUE(drove);
+    }
     const absl::Time give_up = absl::Now() + absl::Seconds(10);
     while (!done.load() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
     ASSERT_TRUE(done.load());
-    EXPECT_NE(callback_thread, std::this_thread::get_id());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->header, "driven");
+    completed_here = callback_thread == std::this_thread::get_id();
+    if (!drivable) break;
   }
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->header, "driven");
+  if (drivable) {
+    EXPECT_TRUE(completed_here);
+  }
 }
 
 // Shutting a connection down ends a call whose caller is driving the transport, and the
