@@ -81,6 +81,26 @@ TEST_F(CallTrackerTest, CallsThatEndInTimeNeverExpireAndLaterOnesStillDo) {
   EXPECT_EQ(later.status.code(), absl::StatusCode::kDeadlineExceeded);
 }
 
+// Calls to a peer that vanished, due microseconds apart: each expires, none before its deadline.
+TEST_F(CallTrackerTest, ManyCallsDueMicrosecondsApartAllExpireAtOrAfterTheirDeadlines) {
+  constexpr int kCalls = 2000;
+  std::atomic<int> expired{0}, early{0};
+  absl::Notification all;
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < kCalls; ++i) {
+    const absl::Time deadline = start + absl::Milliseconds(20) + i * absl::Microseconds(10);
+    tracker_.Start(deadline, [&, deadline](absl::StatusOr<Response> result) {
+      if (absl::Now() < deadline) ++early;
+      if (result.status().code() == absl::StatusCode::kDeadlineExceeded && ++expired == kCalls) {
+        all.Notify();
+      }
+    });
+  }
+  ASSERT_TRUE(all.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(early.load(), 0);
+  EXPECT_EQ(tracker_.outstanding(), 0u);
+}
+
 TEST_F(CallTrackerTest, CallsWithoutADeadlineWaitForTheirAnswer) {
   Outcome never, expiring;
   const uint64_t id = tracker_.Start(absl::InfiniteFuture(), never.Callback());

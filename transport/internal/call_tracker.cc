@@ -16,7 +16,11 @@ namespace hetps::transport::internal {
 // calls (or earlier: the call it was set for may have ended), rather than one per call. Calls
 // mostly end long before their deadlines, and scheduling and cancelling a timer for each cost
 // more than the rest of a call's bookkeeping. When it fires it ends the calls that are due and
-// sets itself for the next deadline.
+// sets itself for the next deadline, at least kExpiryBatch later: each firing scans every
+// outstanding call, and many calls to a vanished peer, due microseconds apart, must not cost a
+// scan each.
+constexpr absl::Duration kExpiryBatch = absl::Milliseconds(1);
+
 struct CallTracker::State : std::enable_shared_from_this<State> {
   struct Call {
     ResponseCallback done;
@@ -63,7 +67,7 @@ struct CallTracker::State : std::enable_shared_from_this<State> {
           next = std::min(next, call->second.deadline);
         }
       }
-      ArmFor(next);
+      if (next != absl::InfiniteFuture()) ArmFor(std::max(next, now + kExpiryBatch));
     }
     for (ResponseCallback& done : expired) {
       done(absl::DeadlineExceededError(
