@@ -138,6 +138,19 @@ std::vector<float> SingleProcessReference(int world_size, int steps) {
   return w;
 }
 
+// Every worker's saved model (<dir>/model<r>) equals the single-process training's.
+void ExpectModelsMatchTheReference(const LocalCluster& cluster, int world_size, int steps) {
+  const std::vector<float> reference = SingleProcessReference(world_size, steps);
+  for (int r = 0; r < world_size; ++r) {
+    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
+    ASSERT_EQ(model.size(), reference.size());
+    for (size_t i = 0; i < model.size(); ++i) {
+      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
+          << "worker " << r << " element " << i;
+    }
+  }
+}
+
 TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
   ASSERT_TRUE(StartCluster(2, 3).ok());
   const int steps = 60;
@@ -145,14 +158,8 @@ TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining)
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
   }
-  const std::vector<float> reference = SingleProcessReference(3, steps);
+  ASSERT_NO_FATAL_FAILURE(ExpectModelsMatchTheReference(cluster_, 3, steps));
   for (int r = 0; r < 3; ++r) {
-    const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
-    ASSERT_EQ(model.size(), reference.size());
-    for (size_t i = 0; i < model.size(); ++i) {
-      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
-          << "worker " << r << " element " << i;
-    }
     EXPECT_LT(FinalLoss(WorkerLog(cluster_, r)), 1e-3) << WorkerLog(cluster_, r);
     // The bytes went the way the parameter says: the log names the lanes UCX chose.
     const std::string log = WorkerLog(cluster_, r);
@@ -188,14 +195,8 @@ TEST(BusyPollingTrainingTest, BspWorkersThatDriveUcxThemselvesEqualSingleProcess
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
   }
-  const std::vector<float> reference = SingleProcessReference(2, steps);
+  ASSERT_NO_FATAL_FAILURE(ExpectModelsMatchTheReference(cluster, 2, steps));
   for (int r = 0; r < 2; ++r) {
-    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
-    ASSERT_EQ(model.size(), reference.size());
-    for (size_t i = 0; i < model.size(); ++i) {
-      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
-          << "worker " << r << " element " << i;
-    }
     EXPECT_TRUE(absl::StrContains(WorkerLog(cluster, r), "/memory")) << WorkerLog(cluster, r);
   }
 }

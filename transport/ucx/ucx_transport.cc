@@ -5,9 +5,9 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -70,7 +70,7 @@ class UcxTransport final : public Transport {
     const int64_t give_up = options_.busy_poll
                                 ? std::numeric_limits<int64_t>::max()
                                 : NowNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
-    std::vector<ucx_internal::UcxWorker*> workers;
+    absl::InlinedVector<ucx_internal::UcxWorker*, 2> workers;  // no allocation per wait
     {
       absl::MutexLock lock(&mu_);
       for (const auto& [devices, client] : client_workers_) workers.push_back(client->worker.get());
