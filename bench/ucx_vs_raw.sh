@@ -9,7 +9,10 @@
 #   raw UCX AM round trip p50 (ucx_perftest ucp_am_lat reports half of it; doubled here),
 #   hetps 4 KiB push+pull p50 (ps-bench), and their ratio;
 #   raw UCX AM bandwidth at 64 MiB (ucp_am_bw), hetps 64 MiB push+pull throughput (bytes both
-#   ways over the time), and their ratio.
+#   ways over the time), and their ratio;
+#   busy polling only: the raw round trip with the payload delivered (ucx-pingpong: each side
+#   copies what it receives into its own buffer, as a receiver that keeps the bytes must;
+#   ucx_perftest's receiver never reads them), and hetps's ratio to it.
 #
 #   bench/ucx_vs_raw.sh [build dir]             # e.g. build
 #   ROUNDS=5 SERVER_CPU=2 CLIENT_CPU=3 bench/ucx_vs_raw.sh build
@@ -26,8 +29,9 @@ BW_ITERS="${BW_ITERS:-40}"
 DURATION_S="${DURATION_S:-1}"
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
+PINGPONG="$BUILD/bench/ucx-pingpong"
 
-for tool in "$PS_SERVER" "$PS_BENCH"; do
+for tool in "$PS_SERVER" "$PS_BENCH" "$PINGPONG"; do
   [[ -x "$tool" ]] || { echo "ucx_vs_raw: $tool is not built" >&2; exit 2; }
 done
 command -v ucx_perftest >/dev/null || { echo "ucx_vs_raw: ucx_perftest is missing (apt-get install ucx-utils)" >&2; exit 2; }
@@ -74,33 +78,45 @@ hetps() {
            END { print p50, gbps }' "$WORK/out.csv"
 }
 
+# delivered <env>: the p50 round trip (us) of 4 KiB with the payload delivered, busy polling.
+delivered() {
+  env $1 timeout 120 "$PINGPONG" --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" \
+    --size=4096 --iterations="$LAT_ITERS" --warmup=$((LAT_ITERS / 10 + 1)) |
+    awk '$1 == "delivered" { print $3 }'
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-printf '%-6s %-6s | %13s %15s %7s | %12s %14s %7s\n' transport mode "raw RTT p50us" \
-  "hetps 4K p50us" ratio "raw 64M GB/s" "hetps 64M GB/s" ratio
+printf '%-6s %-6s | %13s %15s %7s | %12s %14s %7s | %15s %7s\n' transport mode "raw RTT p50us" \
+  "hetps 4K p50us" ratio "raw 64M GB/s" "hetps 64M GB/s" ratio "delivered p50us" ratio
 for transport in shm tcp; do
   env=""
   [[ "$transport" == tcp ]] && env="UCX_TLS=tcp"
   for mode in sleep poll; do
     busy=false
     [[ "$mode" == poll ]] && busy=true
-    : >"$WORK/raw_rtt"; : >"$WORK/raw_bw"; : >"$WORK/ps_p50"; : >"$WORK/ps_gbps"
+    : >"$WORK/raw_rtt"; : >"$WORK/raw_bw"; : >"$WORK/ps_p50"; : >"$WORK/ps_gbps"; : >"$WORK/copy_rtt"
     for _ in $(seq "$ROUNDS"); do
       # Fields: iterations, latency p50 / average / overall (us), bandwidth average / overall
       # (MiB/s), message rate average / overall.
       perftest "$env" "$mode" ucp_am_lat 4096 "$LAT_ITERS" | awk '{ print 2 * $2 }' >>"$WORK/raw_rtt"
       perftest "$env" "$mode" ucp_am_bw 67108864 "$BW_ITERS" |
         awk '{ print $6 * 1048576 / 1e9 }' >>"$WORK/raw_bw"
+      [[ "$mode" == poll ]] && delivered "$env" >>"$WORK/copy_rtt"
       read -r p50 gbps < <(hetps "$env" "$busy")
       echo "$p50" >>"$WORK/ps_p50"
       echo "$gbps" >>"$WORK/ps_gbps"
     done
     raw_rtt=$(median <"$WORK/raw_rtt"); raw_bw=$(median <"$WORK/raw_bw")
     ps_p50=$(median <"$WORK/ps_p50"); ps_gbps=$(median <"$WORK/ps_gbps")
+    copy_rtt=$(median <"$WORK/copy_rtt")
     awk -v t="$transport" -v m="$mode" -v rr="$raw_rtt" -v pp="$ps_p50" -v rb="$raw_bw" \
-      -v pg="$ps_gbps" 'BEGIN { printf "%-6s %-6s | %13.2f %15.2f %7.2f | %12.2f %14.2f %7.2f\n",
-                                t, m, rr, pp, pp / rr, rb, pg, pg / rb }'
+      -v pg="$ps_gbps" -v cr="$copy_rtt" 'BEGIN {
+        printf "%-6s %-6s | %13.2f %15.2f %7.2f | %12.2f %14.2f %7.2f | ", t, m, rr, pp, pp / rr,
+               rb, pg, pg / rb
+        if (cr == "") printf "%15s %7s\n", "-", "-"; else printf "%15.2f %7.2f\n", cr, pp / cr }'
   done
 done
-echo "ratios: 4K is hetps p50 / raw round trip p50 (target <= 2.5); 64M is hetps / raw (target >= 0.6)"
+echo "ratios: 4K is hetps p50 / raw round trip p50 (target <= 2.5); 64M is hetps / raw (target >= 0.6);"
+echo "        delivered: hetps p50 / raw round trip with the payload copied out on both sides"
 echo "rounds $ROUNDS, server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"

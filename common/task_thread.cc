@@ -15,20 +15,17 @@ bool TaskThread::Post(absl::AnyInvocable<void()> task) {
   return true;
 }
 
-bool TaskThread::RunHereOrPost(absl::AnyInvocable<void()> task) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return false;
-    if (busy_ || !tasks_.empty()) {
-      tasks_.push_back(std::move(task));
-      return true;
-    }
-    busy_ = true;
-  }
-  task();
+TaskThread::Here TaskThread::EnterHere() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return Here::kStopping;
+  if (busy_ || !tasks_.empty()) return Here::kBusy;
+  busy_ = true;
+  return Here::kEntered;
+}
+
+void TaskThread::LeaveHere() {
   absl::MutexLock lock(&mu_);
   busy_ = false;  // the thread picks up what was posted meanwhile
-  return true;
 }
 
 void TaskThread::Stop() {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
@@ -29,8 +30,22 @@ class TaskThread {
   bool Post(absl::AnyInvocable<void()> task);
   // Runs `task` on the calling thread when this TaskThread is idle (nothing queued or running),
   // which spares waking it; otherwise posts it. Either way tasks never overlap and keep their
-  // order. False (task unrun) after Stop().
-  bool RunHereOrPost(absl::AnyInvocable<void()> task);
+  // order. False (task unrun) after Stop(). A template, so that a task run here is never
+  // wrapped (the wrapping allocates).
+  template <typename Task>
+  bool RunHereOrPost(Task&& task) {
+    switch (EnterHere()) {
+      case Here::kStopping:
+        return false;
+      case Here::kBusy:
+        return Post(absl::AnyInvocable<void()>(std::forward<Task>(task)));
+      case Here::kEntered:
+        break;
+    }
+    task();
+    LeaveHere();
+    return true;
+  }
   // Runs the tasks already posted, then ends the thread. Idempotent.
   // REQUIRES: not called from one of this thread's own tasks.
   void Stop();
@@ -38,6 +53,11 @@ class TaskThread {
   bool IsCurrent() const { return std::this_thread::get_id() == thread_.get_id(); }
 
  private:
+  enum class Here { kEntered, kBusy, kStopping };
+  // For RunHereOrPost: kEntered when the thread is idle (it is then busy with the caller's
+  // task until LeaveHere()).
+  Here EnterHere();
+  void LeaveHere();
   void Run();
 
   const std::string name_;

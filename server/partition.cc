@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -108,8 +109,7 @@ void Partition::ApplyCompleteSteps() {
   for (auto it = steps_.find(version());
        it != steps_.end() && it->second.received == config_.num_workers;
        it = steps_.find(version())) {
-    std::vector<const float*> gradients;
-    gradients.reserve(config_.num_workers);
+    absl::InlinedVector<const float*, 8> gradients;
     for (const HeldGradient& held : it->second.gradients) gradients.push_back(held.data);
     Apply(gradients);
     for (HeldGradient& held : it->second.gradients) Release(held);

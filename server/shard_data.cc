@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -30,7 +31,17 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
   if (items.empty()) return absl::InvalidArgumentError("the request lists no partitions");
   std::vector<DataItem> resolved;
   resolved.reserve(items.size());
+  // Most requests list a few partitions: compare those with each other, hash the rest.
+  constexpr int kCompareUpTo = 8;
   absl::flat_hash_set<std::pair<uint64_t, uint32_t>> seen;
+  auto listed_before = [&](const hetps::v1::PartitionItem& item) {
+    if (items.size() > kCompareUpTo)
+      return !seen.emplace(item.tensor_key(), item.partition()).second;
+    return std::any_of(resolved.begin(), resolved.end(), [&](const DataItem& earlier) {
+      return earlier.meta.tensor_key() == item.tensor_key() &&
+             earlier.meta.partition() == item.partition();
+    });
+  };
   uint64_t offset = 0;
   for (const hetps::v1::PartitionItem& item : items) {
     const Tensor* tensor = table_.Find(item.tensor_key());
@@ -61,7 +72,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
                                                           checked->status().message()));
       }
     }
-    if (!seen.emplace(item.tensor_key(), item.partition()).second) {
+    if (listed_before(item)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("partition %d of tensor '%s' is listed twice", item.partition(), name));
     }
@@ -144,30 +155,35 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   ShardMetrics::Add(call.push ? metrics_->push_items : metrics_->pull_items, items->size());
   if (call.push && call.pull) ShardMetrics::Add(metrics_->pull_items, items->size());
 
+  // The items' descriptions go to the response; the tasks below need the rest.
   std::vector<hetps::v1::PartitionItem> metas;
   metas.reserve(items->size());
-  for (const DataItem& item : *items) metas.push_back(item.meta);
+  for (DataItem& item : *items) metas.push_back(std::move(item.meta));
   auto pending =
       std::make_shared<PendingRequest>(std::move(metas), call.pull, std::move(reply), metrics_);
 
   // A pull may wait for a later version; its deadline counts from when it has to.
   if (call.pull) pending->SetDeadline(timers_.get(), request.deadline, options_.max_wait);
 
-  // One task per owner thread, carrying that thread's items in request order.
-  std::vector<std::vector<size_t>> by_owner(owners_.size());
+  // One task per owner thread, carrying that thread's items in request order. Requests name
+  // a few partitions, so no allocation here for the common case.
+  using Slots = absl::InlinedVector<size_t, 4>;
+  absl::InlinedVector<std::pair<size_t, Slots>, 2> by_owner;
   uint64_t elements = 0;
   for (size_t slot = 0; slot < items->size(); ++slot) {
-    by_owner[(*items)[slot].partition->owner()].push_back(slot);
+    const size_t owner = (*items)[slot].partition->owner();
+    auto it = std::find_if(by_owner.begin(), by_owner.end(),
+                           [owner](const auto& entry) { return entry.first == owner; });
+    if (it == by_owner.end()) it = by_owner.insert(by_owner.end(), {owner, Slots()});
+    it->second.push_back(slot);
     elements += (*items)[slot].partition->num_elements();
   }
   // A small request is handled on the receiving thread when its owners are idle: waking an
   // owner thread would cost more than the update itself.
   const bool run_here = elements * sizeof(float) <= kRunHereBytes;
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
-  for (size_t owner = 0; owner < owners_.size(); ++owner) {
-    if (by_owner[owner].empty()) continue;
-    absl::AnyInvocable<void()> task = [pending, shared_items, call,
-                                       slots = std::move(by_owner[owner])]() mutable {
+  for (auto& [owner, owner_slots] : by_owner) {
+    auto task = [pending, shared_items, call, slots = std::move(owner_slots)]() mutable {
       for (size_t slot : slots) {
         DataItem& item = (*shared_items)[slot];
         if (call.push) {
@@ -187,8 +203,9 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
         }
       }
     };
-    const bool posted = run_here ? owners_[owner]->RunHereOrPost(std::move(task))
-                                 : owners_[owner]->Post(std::move(task));
+    const bool posted = run_here
+                            ? owners_[owner]->RunHereOrPost(std::move(task))
+                            : owners_[owner]->Post(absl::AnyInvocable<void()>(std::move(task)));
     if (!posted) {
       pending->Fail(absl::UnavailableError(
           absl::StrFormat("shard %d is shutting down", options_.shard_index)));

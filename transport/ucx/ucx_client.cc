@@ -80,7 +80,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   void OnProbe(absl::StatusOr<Response> response);
   void Connected(const std::string& server_address, uint64_t id);
   void Fail(const absl::Status& status);
-  ucs_status_t OnResponse(hetps::v1::FrameHeader frame, void* data, size_t length,
+  ucs_status_t OnResponse(const UcxFrame& frame, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
   void FinishReceive(uint64_t call, ucs_status_t status);
 };
@@ -93,17 +93,17 @@ absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOpti
     raw->worker->SetAmHandler(
         kResponseAm, [raw](const void* header, size_t header_length, void* data, size_t length,
                            const ucp_am_recv_param_t* param) {
-          absl::StatusOr<hetps::v1::FrameHeader> frame = ParseFrameHeader(header, header_length);
+          absl::StatusOr<UcxFrame> frame = DecodeUcxFrame(header, header_length);
           std::shared_ptr<ClientCore> core;
           if (frame.ok()) {
-            auto it = raw->connections.find(frame->connection_id());
+            auto it = raw->connections.find(frame->connection_id);
             if (it != raw->connections.end()) core = it->second.lock();
           }
           if (core == nullptr) {
             Discard(*raw->worker, data, param);  // a connection closed in the meantime
             return UCS_OK;
           }
-          return core->OnResponse(*std::move(frame), data, length, param);
+          return core->OnResponse(*frame, data, length, param);
         });
   });
   return client;
@@ -118,6 +118,7 @@ void ClientCore::StartBootstrap() {
   hetps::v1::UcxBootstrapRequest bootstrap_request;
   bootstrap_request.set_worker_address(worker->address());
   bootstrap_request.set_connection_id(local_id);
+  bootstrap_request.set_frame_version(kUcxFrameVersion);
   CallBootstrap(bootstrap_request, absl::Seconds(5), &ClientCore::OnBootstrapped);
 }
 
@@ -141,6 +142,12 @@ void ClientCore::OnBootstrapped(absl::StatusOr<Response> response) {
   absl::Status status = response.status();
   if (status.ok() && !bootstrap_response.ParseFromString(response->header)) {
     status = absl::UnavailableError("malformed UCX bootstrap response");
+  }
+  if (status.ok() && bootstrap_response.frame_version() != kUcxFrameVersion) {
+    status = absl::FailedPreconditionError(
+        absl::StrFormat("the server speaks UCX frame version %d, this client %d (mixed hetps "
+                        "versions?)",
+                        bootstrap_response.frame_version(), kUcxFrameVersion));
   }
   if (status.code() == absl::StatusCode::kUnimplemented) {
     status = absl::UnavailableError(
@@ -226,15 +233,15 @@ void ClientCore::Fail(const absl::Status& status) {
   tracker->FailAll(status);
 }
 
-ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, size_t length,
+ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t length,
                                     const ucp_am_recv_param_t* param) {
-  const uint64_t call = frame.call_id();
+  const uint64_t call = frame.call_id;
   std::vector<absl::Span<uint8_t>> sink;
   if (auto it = sinks.find(call); it != sinks.end()) {
     sink = std::move(it->second);
     sinks.erase(it);
   }
-  if (frame.method() == kGoodbyeMethod) {
+  if (frame.method == kGoodbyeMethod) {
     Discard(*worker, data, param);
     Fail(absl::UnavailableError(absl::StrCat(address, " closed the connection")));
     return UCS_OK;
@@ -243,10 +250,10 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
     lanes_logged = true;
     LogInfo("ucx: connected to %s over %s", address, DescribeLanes(ep));
   }
-  if (frame.status_code() != 0) {
+  if (frame.status_code != 0) {
     Discard(*worker, data, param);
-    tracker->Finish(call, absl::Status(static_cast<absl::StatusCode>(frame.status_code()),
-                                       frame.status_message()));
+    tracker->Finish(call,
+                    absl::Status(static_cast<absl::StatusCode>(frame.status_code), frame.text));
     return UCS_OK;
   }
   // From here the connection, not the tracker, ends the call: if bytes are being received into
@@ -257,9 +264,9 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
     return UCS_OK;
   }
   Response response;
-  response.header = std::move(*frame.mutable_header());
+  response.header = std::string(frame.text);
   const bool into_sink = !sink.empty() && TotalSize(sink) == length;
-  std::vector<ucp_dt_iov_t> iov;
+  absl::InlinedVector<ucp_dt_iov_t, 2> iov;
   if (into_sink) {
     for (const auto& span : sink) {
       response.payload.Append(Payload::Borrow(span));
@@ -299,8 +306,9 @@ ucs_status_t ClientCore::OnResponse(hetps::v1::FrameHeader frame, void* data, si
   entry.done = std::move(detached->done);
   entry.header = std::move(response.header);
   entry.payload = std::move(response.payload);
-  entry.pieces = std::move(iov);  // the heap array moves with it and stays where it is
-  const UcxBuffer destination = DescribePieces(entry.pieces);
+  // On the heap: the entry may move (the map grows), UCX's list of pieces must not.
+  entry.pieces.assign(iov.begin(), iov.end());
+  const UcxBuffer destination = DescribePieces(absl::MakeSpan(entry.pieces));
   params.datatype = destination.datatype;
   ucs_status_ptr_t request =
       ucp_am_recv_data_nbx(worker->worker(), data, destination.buffer, destination.count, &params);
@@ -412,34 +420,33 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
     done(std::move(result));
   };
   const uint64_t id = core_->tracker->Start(request.deadline, std::move(checked));
-  hetps::v1::FrameHeader header;
-  header.set_call_id(id);
-  header.set_method(request.method);
-  header.set_header(std::move(request.header));
-  header.set_payload_bytes(request.payload.size());
-  header.set_connection_id(server_id);
+  UcxFrame frame;
+  frame.call_id = id;
+  frame.method = request.method;
+  frame.text = request.header;
+  frame.payload_bytes = request.payload.size();
+  frame.connection_id = server_id;
   if (request.deadline != absl::InfiniteFuture()) {
-    header.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - Now())));
+    frame.timeout_us = std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - Now()));
   }
   // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
   // drives the rest itself, with no hand-off to the progress thread.
-  const bool posted = core_->worker->RunOrPost(
-      [core = core_, id, header = header.SerializeAsString(), payload = std::move(request.payload),
-       sink = std::move(request.response_sink)]() mutable {
-        if (core->ep == nullptr) {
-          core->tracker->Finish(id, absl::UnavailableError(
-                                        absl::StrCat("connection to ", core->address, " is down")));
-          return;
-        }
-        if (!sink.empty()) core->sinks[id] = std::move(sink);
-        SendFrame(*core->worker, core->ep, kRequestAm, header, std::move(payload),
-                  [core, id](ucs_status_t status) {
-                    if (status == UCS_OK) return;
-                    core->sinks.erase(id);
-                    core->tracker->Finish(id, UcxError("sending the request", status));
-                  });
-      });
+  const bool posted = core_->worker->RunOrPost([core = core_, id, header = EncodeUcxFrame(frame),
+                                                payload = std::move(request.payload),
+                                                sink = std::move(request.response_sink)]() mutable {
+    if (core->ep == nullptr) {
+      core->tracker->Finish(
+          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
+      return;
+    }
+    if (!sink.empty()) core->sinks[id] = std::move(sink);
+    SendFrame(*core->worker, core->ep, kRequestAm, std::move(header), std::move(payload),
+              [core, id](ucs_status_t status) {
+                if (status == UCS_OK) return;
+                core->sinks.erase(id);
+                core->tracker->Finish(id, UcxError("sending the request", status));
+              });
+  });
   if (!posted) {
     core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
   }
@@ -461,13 +468,13 @@ void UcxConnection::Shutdown() {
       if (entry.request != nullptr) ucp_request_cancel(core->worker->worker(), entry.request);
     }
     if (core->ep != nullptr) {
-      hetps::v1::FrameHeader goodbye;
-      goodbye.set_method(kGoodbyeMethod);
+      UcxFrame goodbye;
+      goodbye.method = kGoodbyeMethod;
       {
         absl::MutexLock lock(&core->mu);
-        goodbye.set_connection_id(core->server_id);
+        goodbye.connection_id = core->server_id;
       }
-      SendFrame(*core->worker, core->ep, kRequestAm, goodbye.SerializeAsString(), Payload(),
+      SendFrame(*core->worker, core->ep, kRequestAm, EncodeUcxFrame(goodbye), Payload(),
                 [](ucs_status_t) {});
       CloseEndpoint(*core->worker, core->ep, /*force=*/false);
     }

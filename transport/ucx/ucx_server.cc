@@ -25,14 +25,6 @@ void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
 
 }  // namespace
 
-absl::StatusOr<hetps::v1::FrameHeader> ParseFrameHeader(const void* header, size_t length) {
-  hetps::v1::FrameHeader frame;
-  if (!frame.ParseFromArray(header, static_cast<int>(length))) {
-    return absl::InvalidArgumentError("unreadable UCX frame header");
-  }
-  return frame;
-}
-
 // State shared with reply callbacks (weakly), so a late reply never touches a gone listener.
 struct UcxListener::Core : std::enable_shared_from_this<Core> {
   struct Peer {
@@ -50,7 +42,8 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
 
   ucs_status_t OnRequest(const void* header, size_t header_length, void* data, size_t length,
                          const ucp_am_recv_param_t* param);
-  void Deliver(hetps::v1::FrameHeader frame, Payload payload);
+  // `frame.text` is ignored: `header` is the method's header.
+  void Deliver(const UcxFrame& frame, std::string header, Payload payload);
   void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result);
   void Bootstrap(Request request, ReplyCallback reply);
   void Drop(uint64_t peer);
@@ -58,14 +51,15 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
 
 ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_length, void* data,
                                           size_t length, const ucp_am_recv_param_t* param) {
-  absl::StatusOr<hetps::v1::FrameHeader> frame = ParseFrameHeader(header, header_length);
-  auto peer = frame.ok() ? peers.find(frame->connection_id()) : peers.end();
+  absl::StatusOr<UcxFrame> frame = DecodeUcxFrame(header, header_length);
+  auto peer = frame.ok() ? peers.find(frame->connection_id) : peers.end();
   if (peer == peers.end()) {
-    LogWarning("ucx: dropping a request from an unknown peer");
+    LogWarning("ucx: dropping a request: %s",
+               frame.ok() ? "from an unknown peer" : frame.status().message());
     Discard(*worker, data, param);
     return UCS_OK;
   }
-  if (frame->method() == kGoodbyeMethod) {
+  if (frame->method == kGoodbyeMethod) {
     Discard(*worker, data, param);
     Drop(peer->first);
     return UCS_OK;
@@ -76,33 +70,35 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   }
   if (header_length + length > max_message_bytes) {
     Discard(*worker, data, param);
-    Reply(peer->first, frame->call_id(),
+    Reply(peer->first, frame->call_id,
           absl::ResourceExhaustedError(
               absl::StrFormat("request of %d bytes exceeds the %d-byte message limit",
                               header_length + length, max_message_bytes)));
     return UCS_OK;
   }
-  if (length > 0 && frame->payload_bytes() != length) {
+  if (length > 0 && frame->payload_bytes != length) {
     Discard(*worker, data, param);
-    Reply(peer->first, frame->call_id(),
+    Reply(peer->first, frame->call_id,
           absl::InvalidArgumentError(absl::StrFormat("frame announces %d payload bytes, %d arrived",
-                                                     frame->payload_bytes(), length)));
+                                                     frame->payload_bytes, length)));
     return UCS_OK;
   }
   uint8_t* destination = nullptr;
   Payload payload = length > 0 ? worker->Buffer(length, &destination) : Payload();
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     if (length > 0) std::memcpy(destination, data, length);  // eager: small
-    Deliver(*std::move(frame), std::move(payload));
+    Deliver(*frame, std::string(frame->text), std::move(payload));
     return UCS_OK;
   }
   // Rendezvous: the payload lands in the buffer it is handed over in, no copy after.
   struct Receive {
     std::weak_ptr<Core> core;
-    hetps::v1::FrameHeader frame;
+    UcxFrame frame;  // its text is `header`, the UCX header being gone after this handler
+    std::string header;
     Payload payload;
   };
-  auto* receive = new Receive{weak_from_this(), *std::move(frame), std::move(payload)};
+  auto* receive =
+      new Receive{weak_from_this(), *frame, std::string(frame->text), std::move(payload)};
   ucp_request_param_t params = {};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   params.user_data = receive;
@@ -112,11 +108,11 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
     std::shared_ptr<Core> core = done->core.lock();
     if (core == nullptr) return;
     if (status != UCS_OK) {
-      core->Reply(done->frame.connection_id(), done->frame.call_id(),
+      core->Reply(done->frame.connection_id, done->frame.call_id,
                   UcxError("receiving the request's payload", status));
       return;
     }
-    core->Deliver(std::move(done->frame), std::move(done->payload));
+    core->Deliver(done->frame, std::move(done->header), std::move(done->payload));
   };
   ucs_status_ptr_t request =
       ucp_am_recv_data_nbx(worker->worker(), data, destination, length, &params);
@@ -127,17 +123,17 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   return UCS_OK;
 }
 
-void UcxListener::Core::Deliver(hetps::v1::FrameHeader frame, Payload payload) {
+void UcxListener::Core::Deliver(const UcxFrame& frame, std::string header, Payload payload) {
   Request request;
-  request.method = frame.method();
-  request.header = std::move(*frame.mutable_header());
+  request.method = frame.method;
+  request.header = std::move(header);
   request.payload = std::move(payload);
-  if (frame.timeout_us() > 0) {
-    request.deadline = Now() + absl::Microseconds(frame.timeout_us());
+  if (frame.timeout_us > 0) {
+    request.deadline = Now() + absl::Microseconds(frame.timeout_us);
   }
   handler->HandleRequest(std::move(request),
-                         [core = weak_from_this(), peer = frame.connection_id(),
-                          call = frame.call_id()](absl::StatusOr<Response> result) {
+                         [core = weak_from_this(), peer = frame.connection_id,
+                          call = frame.call_id](absl::StatusOr<Response> result) {
                            if (std::shared_ptr<Core> alive = core.lock())
                              alive->Reply(peer, call, std::move(result));
                          });
@@ -153,20 +149,19 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
       [core = shared_from_this(), peer, call_id, result = std::move(result)]() mutable {
         auto it = core->peers.find(peer);
         if (it == core->peers.end()) return;  // the client is gone
-        hetps::v1::FrameHeader header;
-        header.set_call_id(call_id);
-        header.set_is_response(true);
-        header.set_connection_id(it->second.client_connection);
+        UcxFrame frame;
+        frame.call_id = call_id;
+        frame.connection_id = it->second.client_connection;
         Payload payload;
         if (result.ok()) {
-          header.set_header(std::move(result->header));
-          header.set_payload_bytes(result->payload.size());
+          frame.text = result->header;
+          frame.payload_bytes = result->payload.size();
           payload = std::move(result->payload);
         } else {
-          header.set_status_code(static_cast<int32_t>(result.status().code()));
-          header.set_status_message(std::string(result.status().message()));
+          frame.status_code = static_cast<int32_t>(result.status().code());
+          frame.text = result.status().message();
         }
-        SendFrame(*core->worker, it->second.ep, kResponseAm, header.SerializeAsString(),
+        SendFrame(*core->worker, it->second.ep, kResponseAm, EncodeUcxFrame(frame),
                   std::move(payload), [](ucs_status_t status) {
                     if (status != UCS_OK) {
                       LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
@@ -180,6 +175,13 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
   if (!bootstrap.ParseFromString(request.header) ||
       (bootstrap.worker_address().empty() && !bootstrap.address_only())) {
     reply(absl::InvalidArgumentError("malformed UCX bootstrap request"));
+    return;
+  }
+  if (!bootstrap.address_only() && bootstrap.frame_version() != kUcxFrameVersion) {
+    reply(absl::FailedPreconditionError(
+        absl::StrFormat("the client speaks UCX frame version %d, this server %d (mixed hetps "
+                        "versions?)",
+                        bootstrap.frame_version(), kUcxFrameVersion)));
     return;
   }
   if (bootstrap.address_only()) {
@@ -212,6 +214,7 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
     hetps::v1::UcxBootstrapResponse response;
     response.set_worker_address(core->worker->address());
     response.set_connection_id(id);
+    response.set_frame_version(kUcxFrameVersion);
     Response out;
     out.header = response.SerializeAsString();
     reply(std::move(out));
@@ -276,11 +279,10 @@ void UcxListener::Shutdown() {
   core->worker->Stop([core] {
     // Replies already posted have gone out; say goodbye to every peer and flush.
     for (auto& [id, peer] : core->peers) {
-      hetps::v1::FrameHeader goodbye;
-      goodbye.set_is_response(true);
-      goodbye.set_method(kGoodbyeMethod);
-      goodbye.set_connection_id(peer.client_connection);
-      SendFrame(*core->worker, peer.ep, kResponseAm, goodbye.SerializeAsString(), Payload(),
+      UcxFrame goodbye;
+      goodbye.method = kGoodbyeMethod;
+      goodbye.connection_id = peer.client_connection;
+      SendFrame(*core->worker, peer.ep, kResponseAm, EncodeUcxFrame(goodbye), Payload(),
                 [](ucs_status_t) {});
       CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
     }

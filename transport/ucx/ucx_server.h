@@ -8,8 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "proto/frame.pb.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_frame.h"
 #include "transport/ucx/ucx_transport.h"
 #include "transport/ucx/ucx_worker.h"
 
@@ -19,8 +19,6 @@ namespace hetps::transport::ucx_internal {
 // peer that leaves sends over UCX.
 inline constexpr uint32_t kBootstrapMethod = 0x40000001;
 inline constexpr uint32_t kGoodbyeMethod = 0x40000002;
-
-absl::StatusOr<hetps::v1::FrameHeader> ParseFrameHeader(const void* header, size_t length);
 
 class UcxListener final : public Listener {
  public:

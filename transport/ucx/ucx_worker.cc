@@ -356,29 +356,29 @@ Payload UcxWorker::Buffer(size_t bytes, uint8_t** data) {
   return Payload::Shared(ByteSpan(*data, bytes), std::move(owner));
 }
 
-UcxBuffer DescribePieces(std::vector<ucp_dt_iov_t>& pieces) {
+UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
   if (pieces.empty()) return {ucp_dt_make_contig(1), nullptr, 0};
   if (pieces.size() == 1) return {ucp_dt_make_contig(1), pieces[0].buffer, pieces[0].length};
   return {ucp_dt_make_iov(), pieces.data(), pieces.size()};
 }
 
-void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, std::string header, Payload payload,
+               absl::AnyInvocable<void(ucs_status_t)> done) {
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
   struct SendState {
     std::string header;
     Payload payload;
-    std::vector<ucp_dt_iov_t> iov;
+    absl::InlinedVector<ucp_dt_iov_t, 2> iov;  // the state stays put: UCX may point into it
     absl::AnyInvocable<void(ucs_status_t)> done;
   };
-  auto* state = new SendState{header, std::move(payload), {}, std::move(done)};
+  auto* state = new SendState{std::move(header), std::move(payload), {}, std::move(done)};
   for (const ByteSpan& segment : state->payload.segments()) {
     state->iov.push_back({const_cast<uint8_t*>(segment.data()), segment.size()});
   }
   ucp_request_param_t param = {};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  const UcxBuffer buffer = DescribePieces(state->iov);
+  const UcxBuffer buffer = DescribePieces(absl::MakeSpan(state->iov));
   param.datatype = buffer.datatype;
   param.user_data = state;
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {

@@ -32,9 +32,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "transport/payload.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -179,10 +181,10 @@ struct UcxBuffer {
   void* buffer;
   size_t count;
 };
-UcxBuffer DescribePieces(std::vector<ucp_dt_iov_t>& pieces);
+UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 
-void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const std::string& header,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, std::string header, Payload payload,
+               absl::AnyInvocable<void(ucs_status_t)> done);
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker

@@ -18,24 +18,32 @@ Operation OperationState::Failed(const absl::Status& status, DoneCallback done) 
 }
 
 void OperationState::MessageDone(const absl::Status& status) {
+  DoneCallback callback;
+  absl::Status outcome;
   {
     absl::MutexLock lock(&mu_);
     if (status_.ok() && !status.ok()) status_ = status;
     if (--remaining_ > 0) return;
+    callback = std::move(callback_);
+    outcome = status_;
   }
-  Finish();
+  Complete(std::move(callback), outcome);
 }
 
 void OperationState::Finish() {
   DoneCallback callback;
-  absl::Status status;
+  absl::Status outcome;
   {
     absl::MutexLock lock(&mu_);
     callback = std::move(callback_);
-    status = status_;
+    outcome = status_;
   }
+  Complete(std::move(callback), outcome);
+}
+
+void OperationState::Complete(DoneCallback callback, const absl::Status& outcome) {
   // The callback runs before waiters wake, so a Wait() that returns sees its effects.
-  if (callback) callback(status);
+  if (callback) callback(outcome);
   absl::MutexLock lock(&mu_);
   done_ = true;
   finished_.store(true, std::memory_order_release);

@@ -37,6 +37,8 @@ class OperationState {
 
  private:
   void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+  // Runs the callback taken out of callback_, then marks the operation done.
+  void Complete(DoneCallback callback, const absl::Status& outcome) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex mu_;
   size_t remaining_ ABSL_GUARDED_BY(mu_);

@@ -38,11 +38,11 @@ ShardChannel::ShardChannel(uint32_t index, std::string address,
       timers_(timers),
       connection_(std::move(connection)) {}
 
-bool ShardChannel::Enter() {
+transport::Connection* ShardChannel::Enter() {
   absl::MutexLock lock(&mu_);
-  if (closed_) return false;
+  if (closed_) return nullptr;
   ++active_;
-  return true;
+  return connection_.get();
 }
 
 void ShardChannel::Exit() {
@@ -64,14 +64,10 @@ void ShardChannel::Call(uint32_t method, std::string header, transport::Payload 
 }
 
 void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
-  if (!Enter()) {
+  transport::Connection* connection = Enter();
+  if (connection == nullptr) {
     Complete(*call, absl::CancelledError("the client is shut down"));
     return;
-  }
-  transport::Connection* connection;
-  {
-    absl::MutexLock lock(&mu_);
-    connection = connection_.get();
   }
   transport::Request request;
   request.method = call->method;

@@ -45,8 +45,8 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   bool ScheduleRetry(std::shared_ptr<PendingCall> call);
   void RunRetry(uint64_t retry_id);
   void Complete(PendingCall& call, absl::StatusOr<transport::Response> result);
-  // Marks a use of the connection or timers; false once shutting down.
-  bool Enter();
+  // Marks a use of the connection (returned) until Exit(); null once shutting down.
+  transport::Connection* Enter();
   void Exit();
 
   const uint32_t index_;

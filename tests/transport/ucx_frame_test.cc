@@ -1,0 +1,102 @@
+// The UCX transport's binary frame header, and the frame version both sides check at bootstrap.
+#ifdef HETPS_HAVE_UCX
+#include "transport/ucx/ucx_frame.h"
+
+#include <memory>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "proto/frame.pb.h"
+#include "tests/testing/call.h"
+#include "tests/testing/transports.h"
+#include "transport/grpc/grpc_transport.h"
+#include "transport/ucx/ucx_server.h"
+
+namespace hetps::transport::ucx_internal {
+namespace {
+
+TEST(UcxFrameTest, EveryFieldAndTheTextSurviveEncoding) {
+  UcxFrame frame;
+  frame.call_id = 0x0102030405060708;
+  frame.connection_id = 42;
+  frame.timeout_us = -7;  // signed on the wire
+  frame.payload_bytes = uint64_t{1} << 40;
+  frame.method = 0x40000002;
+  frame.status_code = 13;
+  const std::string text("header\0with a zero", 18);
+  frame.text = text;
+  const std::string bytes = EncodeUcxFrame(frame);
+  EXPECT_EQ(bytes.size(), kUcxFrameFixedBytes + text.size());
+
+  absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), bytes.size());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->call_id, frame.call_id);
+  EXPECT_EQ(decoded->connection_id, frame.connection_id);
+  EXPECT_EQ(decoded->timeout_us, frame.timeout_us);
+  EXPECT_EQ(decoded->payload_bytes, frame.payload_bytes);
+  EXPECT_EQ(decoded->method, frame.method);
+  EXPECT_EQ(decoded->status_code, frame.status_code);
+  EXPECT_EQ(decoded->text, text);
+  EXPECT_EQ(decoded->text.data(), bytes.data() + kUcxFrameFixedBytes);  // no copy
+}
+
+TEST(UcxFrameTest, TheLayoutIsLittleEndianAtFixedOffsets) {
+  UcxFrame frame;
+  frame.call_id = 1;
+  frame.connection_id = 2;
+  frame.method = 3;
+  const std::string bytes = EncodeUcxFrame(frame);
+  ASSERT_EQ(bytes.size(), kUcxFrameFixedBytes);
+  EXPECT_EQ(bytes[0], 1);   // call_id, bytes 0..7
+  EXPECT_EQ(bytes[8], 2);   // connection_id, bytes 8..15
+  EXPECT_EQ(bytes[32], 3);  // method, bytes 32..35
+}
+
+TEST(UcxFrameTest, AHeaderShorterThanTheFixedPartIsRefused) {
+  const std::string bytes = EncodeUcxFrame(UcxFrame());
+  for (size_t length : {size_t{0}, size_t{1}, kUcxFrameFixedBytes - 1}) {
+    absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), length);
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << length;
+  }
+  EXPECT_TRUE(DecodeUcxFrame(bytes.data(), kUcxFrameFixedBytes).ok());
+}
+
+class NoHandler : public RequestHandler {
+ public:
+  void HandleRequest(Request, ReplyCallback reply) override {
+    reply(absl::InternalError("not for this test"));
+  }
+};
+
+// A client of another frame layout (an older build sends no version: 0) is refused at
+// bootstrap with a reason, before any frame is exchanged.
+TEST(UcxFrameTest, AServerRefusesABootstrapInAnotherFrameVersion) {
+  NoHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
+  auto listener = ucx->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto grpc = NewGrpcTransport({});
+  auto connection = grpc->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  for (uint32_t version : {uint32_t{0}, kUcxFrameVersion + 1}) {
+    hetps::v1::UcxBootstrapRequest bootstrap;
+    bootstrap.set_worker_address("not used: refused before");
+    bootstrap.set_connection_id(1);
+    bootstrap.set_frame_version(version);
+    Request request;
+    request.method = kBootstrapMethod;
+    request.header = bootstrap.SerializeAsString();
+    request.deadline = absl::Now() + absl::Seconds(10);
+    absl::StatusOr<Response> response = testing::CallAndWait(**connection, std::move(request));
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kFailedPrecondition) << version;
+    EXPECT_NE(response.status().message().find("frame version"), absl::string_view::npos)
+        << response.status();
+  }
+  (*connection)->Shutdown();
+  (*listener)->Shutdown();
+}
+
+}  // namespace
+}  // namespace hetps::transport::ucx_internal
+#endif  // HETPS_HAVE_UCX

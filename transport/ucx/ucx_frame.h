@@ -1,0 +1,53 @@
+// UcxFrame: the header of one UCX frame (one active message; the payload is the message's data).
+// A fixed 40-byte record, little-endian, then the method's own header bytes (requests and
+// successful responses) or the status message (failed responses):
+//
+//   u64 call_id | u64 connection_id | i64 timeout_us | u64 payload_bytes | u32 method |
+//   i32 status_code | text
+//
+// Not protobuf (gRPC frames use FrameHeader): building and parsing a FrameHeader cost about
+// 100 and 120 ns a side on the project's VM, where a 4 KiB round trip over shared memory takes
+// a few microseconds. Peers agree on kUcxFrameVersion at bootstrap (proto/frame.proto).
+//
+//   std::string bytes = EncodeUcxFrame(frame);
+//   absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), bytes.size());
+#ifndef HETPS_TRANSPORT_UCX_UCX_FRAME_H_
+#define HETPS_TRANSPORT_UCX_UCX_FRAME_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace hetps::transport::ucx_internal {
+
+// Raised whenever the layout above changes; a bootstrap between different versions fails.
+inline constexpr uint32_t kUcxFrameVersion = 1;
+inline constexpr size_t kUcxFrameFixedBytes = 40;
+
+struct UcxFrame {
+  // Chosen by the caller; a response carries the id of the request it answers.
+  uint64_t call_id = 0;
+  // Requests: the sender's connection as the server numbered it; responses: as the client did.
+  uint64_t connection_id = 0;
+  // Requests: microseconds until the caller stops waiting (0: no deadline).
+  int64_t timeout_us = 0;
+  uint64_t payload_bytes = 0;
+  // Requests: the method (hetps.v1.Method, or a transport's own).
+  uint32_t method = 0;
+  // Responses: absl::StatusCode of the outcome (0: OK).
+  int32_t status_code = 0;
+  // The method's header, or the status message of a failed response. Decoded frames point
+  // into the bytes they were decoded from.
+  absl::string_view text;
+};
+
+std::string EncodeUcxFrame(const UcxFrame& frame);
+// INVALID_ARGUMENT if `length` is shorter than the fixed part.
+absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length);
+
+}  // namespace hetps::transport::ucx_internal
+
+#endif  // HETPS_TRANSPORT_UCX_UCX_FRAME_H_
