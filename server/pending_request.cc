@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/reused_message.h"
 
 namespace hetps::server {
 
@@ -32,17 +33,17 @@ void PendingRequest::CompleteItem(size_t slot, WeightsSnapshot snapshot) {
   }
   transport::Response response;
   if (returns_weights_) {
-    hetps::v1::PullResponse header;
+    ReusedMessage<hetps::v1::PullResponse> header;
     for (size_t i = 0; i < items.size(); ++i) {
       hetps::v1::PartitionItem& item = items[i];
       const WeightsSnapshot& snapshot = snapshots[i];
       item.set_num_bytes(snapshot.bytes.size());
       item.set_version(snapshot.version);
-      *header.add_items() = std::move(item);
+      *header->add_items() = std::move(item);
       response.payload.Append(snapshot.bytes);
     }
     ShardMetrics::Add(metrics_->payload_bytes_sent, response.payload.size());
-    response.header = header.SerializeAsString();
+    header->SerializeToString(&response.header);
   } else {
     response.header = ack_header_;
   }

@@ -14,14 +14,20 @@
 
 namespace hetps::server {
 
-// InvalidArgument when `bytes` is not a `Message`.
+// Parses `bytes` into `message`; InvalidArgument when they are not a `Message`.
 template <typename Message>
-absl::StatusOr<Message> ParseHeader(const std::string& bytes) {
-  Message message;
+absl::Status ParseHeaderInto(const std::string& bytes, Message& message) {
   if (!message.ParseFromString(bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed ", Message::descriptor()->name(), " header"));
   }
+  return absl::OkStatus();
+}
+
+template <typename Message>
+absl::StatusOr<Message> ParseHeader(const std::string& bytes) {
+  Message message;
+  if (absl::Status status = ParseHeaderInto(bytes, message); !status.ok()) return status;
   return message;
 }
 

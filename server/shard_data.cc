@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "proto/reused_message.h"
 #include "server/request_util.h"
 #include "server/shard.h"
 
@@ -112,22 +113,25 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
 absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
     const transport::Request& request, DataCall* call) const {
   if (request.method == hetps::v1::METHOD_PULL) {
-    HETPS_ASSIGN_OR_RETURN(auto pull, ParseHeader<hetps::v1::PullRequest>(request.header));
+    ReusedMessage<hetps::v1::PullRequest> pull;
+    HETPS_RETURN_IF_ERROR(ParseHeaderInto(request.header, *pull));
     call->pull = true;
-    call->rank = pull.worker_rank();
-    call->min_version = pull.min_version();
+    call->rank = pull->worker_rank();
+    call->min_version = pull->min_version();
     HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
     if (!request.payload.empty()) return absl::InvalidArgumentError("a pull carries no payload");
-    return ResolveItems(pull.items(), nullptr);
+    return ResolveItems(pull->items(), nullptr);
   }
-  HETPS_ASSIGN_OR_RETURN(auto push, ParseHeader<hetps::v1::PushRequest>(request.header));
+  ReusedMessage<hetps::v1::PushRequest> push;
+  HETPS_RETURN_IF_ERROR(ParseHeaderInto(request.header, *push));
   call->push = true;
   call->pull = request.method == hetps::v1::METHOD_PUSH_PULL;
-  call->rank = push.worker_rank();
-  call->step = push.step();
-  call->sequence = push.sequence();
+  call->rank = push->worker_rank();
+  call->step = push->step();
+  call->sequence = push->sequence();
   HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
-  HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items, ResolveItems(push.items(), &request.payload));
+  HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items,
+                         ResolveItems(push->items(), &request.payload));
   for (const DataItem& item : items) {
     if (item.tensor->decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) continue;
     // Versions only grow, so a step accepted here is still within the window on the owner.

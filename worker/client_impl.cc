@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
+#include "proto/reused_message.h"
 #include "worker/client.h"
 #include "worker/internal/message_plan.h"
 #include "worker/internal/operation_state.h"
@@ -347,7 +348,12 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
   for (PlannedMessage& message : messages) {
-    google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem> items;
+    // The items go into the header message directly; the messages are reused (see
+    // ReusedMessage), so building them allocates nothing after the first operations.
+    ReusedMessage<hetps::v1::PushRequest> push_request;
+    ReusedMessage<hetps::v1::PullRequest> pull_request;
+    google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items =
+        push ? *push_request->mutable_items() : *pull_request->mutable_items();
     transport::Payload payload;
     for (const Piece& piece : message.pieces) {
       hetps::v1::PartitionItem* item = items.Add();
@@ -366,18 +372,14 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     }
     std::string header;
     if (push) {
-      hetps::v1::PushRequest request;
-      request.set_worker_rank(options_.rank);
-      request.set_step(step_or_version);
-      request.set_sequence(sequence);
-      *request.mutable_items() = std::move(items);
-      header = request.SerializeAsString();
+      push_request->set_worker_rank(options_.rank);
+      push_request->set_step(step_or_version);
+      push_request->set_sequence(sequence);
+      push_request->SerializeToString(&header);
     } else {
-      hetps::v1::PullRequest request;
-      request.set_worker_rank(options_.rank);
-      request.set_min_version(step_or_version);
-      *request.mutable_items() = std::move(items);
-      header = request.SerializeAsString();
+      pull_request->set_worker_rank(options_.rank);
+      pull_request->set_min_version(step_or_version);
+      pull_request->SerializeToString(&header);
     }
     const bool pull = method != hetps::v1::METHOD_PUSH;
     // Pulled bytes already in the caller's format may land straight in the caller's memory.

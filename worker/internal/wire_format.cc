@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/partitioning.h"
+#include "proto/reused_message.h"
 
 namespace hetps::internal {
 
@@ -102,7 +103,8 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
 absl::Status ScatterPulled(const std::vector<Piece>& pieces,
                            absl::StatusOr<transport::Response> result) {
   if (!result.ok()) return result.status();
-  hetps::v1::PullResponse response;
+  ReusedMessage<hetps::v1::PullResponse> reused;
+  hetps::v1::PullResponse& response = *reused;
   if (!response.ParseFromString(result->header)) {
     return absl::InternalError("malformed pull response");
   }
