@@ -91,7 +91,10 @@ absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence, Fl
   }
   if (step < version()) return absl::OkStatus();  // that step is applied: a retry
   Step& pending = steps_[step];
-  if (pending.gradients.empty()) pending.gradients.resize(config_.num_workers);
+  if (pending.gradients.empty()) {
+    pending.gradients = std::move(spare_gradients_);
+    pending.gradients.resize(config_.num_workers);
+  }
   if (pending.gradients[rank].data != nullptr) return absl::OkStatus();  // a retry
   absl::StatusOr<HeldGradient> held = Hold(format, std::move(gradient));
   if (!held.ok()) {
@@ -113,6 +116,8 @@ void Partition::ApplyCompleteSteps() {
     for (const HeldGradient& held : it->second.gradients) gradients.push_back(held.data);
     Apply(gradients);
     for (HeldGradient& held : it->second.gradients) Release(held);
+    spare_gradients_ = std::move(it->second.gradients);
+    spare_gradients_.clear();
     steps_.erase(it);
     applied = true;
   }

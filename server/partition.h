@@ -18,11 +18,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/aligned_buffer.h"
 #include "common/half.h"
@@ -129,7 +129,10 @@ class Partition {
   bool awaits_values_;
   // (first version, rule), ascending; the first entry is the declared rule at version 0.
   std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>> schedule_;
-  std::map<uint64_t, Step> steps_;            // BSP steps being gathered
+  absl::flat_hash_map<uint64_t, Step> steps_;  // BSP steps being gathered, by step
+  // The gradient list of the last applied step, cleared, for the next step to take over (a
+  // step's list would otherwise be allocated and freed every step).
+  std::vector<HeldGradient> spare_gradients_;
   std::vector<ReplayWindow> applied_;         // ASP: by rank
   std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;

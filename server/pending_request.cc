@@ -22,7 +22,7 @@ PendingRequest::PendingRequest(std::vector<hetps::v1::PartitionItem> items, bool
 
 void PendingRequest::CompleteItem(size_t slot, WeightsSnapshot snapshot) {
   std::vector<hetps::v1::PartitionItem> items;
-  std::vector<WeightsSnapshot> snapshots;
+  absl::InlinedVector<WeightsSnapshot, 1> snapshots;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/timer_queue.h"
@@ -66,7 +67,8 @@ class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   std::vector<hetps::v1::PartitionItem> items_ ABSL_GUARDED_BY(mu_);
-  std::vector<WeightsSnapshot> snapshots_ ABSL_GUARDED_BY(mu_);
+  // By slot; most requests name one partition.
+  absl::InlinedVector<WeightsSnapshot, 1> snapshots_ ABSL_GUARDED_BY(mu_);
   transport::ReplyCallback reply_ ABSL_GUARDED_BY(mu_);
   TimerQueue* timers_ ABSL_GUARDED_BY(mu_) = nullptr;  // null: no deadline of its own
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
