@@ -110,6 +110,30 @@ TEST_F(CallTrackerTest, CallsWithoutADeadlineWaitForTheirAnswer) {
   EXPECT_TRUE(tracker_.Finish(id, Response()));
 }
 
+// The transport hears of expiries (to check on the peer), after the calls have ended; calls
+// that end otherwise do not count.
+TEST_F(CallTrackerTest, OnExpiryRunsAfterCallsEndAtTheirDeadlineOnly) {
+  std::atomic<int> expiries{0};
+  std::atomic<bool> call_ended_first{false};
+  Outcome answered, expiring;
+  tracker_.OnExpiry([&] {
+    call_ended_first = expiring.ended.HasBeenNotified();
+    ++expiries;
+  });
+  const uint64_t id = tracker_.Start(absl::Now() + absl::Milliseconds(5), answered.Callback());
+  EXPECT_TRUE(tracker_.Finish(id, Response()));
+  absl::SleepFor(absl::Milliseconds(30));  // past the answered call's deadline
+  EXPECT_EQ(expiries.load(), 0);
+
+  tracker_.Start(absl::Now() + absl::Milliseconds(5), expiring.Callback());
+  ASSERT_TRUE(expiring.ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (expiries.load() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(expiries.load(), 1);
+  EXPECT_TRUE(call_ended_first.load());
+  EXPECT_EQ(expiring.status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST_F(CallTrackerTest, DestroyingTheTrackerCancelsWhatIsOutstanding) {
   Outcome pending;
   auto tracker = std::make_unique<CallTracker>(&timers_, "peer");

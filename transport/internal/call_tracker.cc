@@ -52,8 +52,10 @@ struct CallTracker::State : std::enable_shared_from_this<State> {
 
   void Expire() {
     std::vector<ResponseCallback> expired;
+    std::function<void()> after;
     {
       absl::MutexLock lock(&mu);
+      after = on_expiry;
       timer = 0;
       timer_due = absl::InfiniteFuture();
       const absl::Time now = absl::Now();
@@ -73,6 +75,7 @@ struct CallTracker::State : std::enable_shared_from_this<State> {
       done(absl::DeadlineExceededError(
           absl::StrCat("no response from ", peer, " before the call's deadline")));
     }
+    if (!expired.empty() && after) after();
   }
 
   TimerQueue* const timers;
@@ -82,6 +85,7 @@ struct CallTracker::State : std::enable_shared_from_this<State> {
   absl::flat_hash_map<uint64_t, Call> calls ABSL_GUARDED_BY(mu);
   TimerQueue::TimerId timer ABSL_GUARDED_BY(mu) = 0;  // 0: none set
   absl::Time timer_due ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();
+  std::function<void()> on_expiry ABSL_GUARDED_BY(mu);
 };
 
 CallTracker::CallTracker(TimerQueue* timers, std::string peer)
@@ -130,6 +134,11 @@ void CallTracker::FailAll(const absl::Status& status) {
 size_t CallTracker::outstanding() const {
   absl::MutexLock lock(&state_->mu);
   return state_->calls.size();
+}
+
+void CallTracker::OnExpiry(std::function<void()> expired) {
+  absl::MutexLock lock(&state_->mu);
+  state_->on_expiry = std::move(expired);
 }
 
 }  // namespace hetps::transport::internal

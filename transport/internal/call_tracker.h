@@ -12,6 +12,7 @@
 #define HETPS_TRANSPORT_INTERNAL_CALL_TRACKER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,9 @@ class CallTracker {
   std::optional<Detached> Detach(uint64_t id);
   // Completes every outstanding call with `status`.
   void FailAll(const absl::Status& status);
+  // `expired` runs, on the timer thread, each time calls have ended at their deadlines (a
+  // transport may then check whether the peer is still there).
+  void OnExpiry(std::function<void()> expired);
   size_t outstanding() const;
 
  private:

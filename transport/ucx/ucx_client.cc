@@ -362,6 +362,10 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   core->timers = timers;
   core->max_message_bytes = max_message_bytes;
   core->tracker = std::make_shared<internal::CallTracker>(timers, address);
+  // A call that runs out of time may mean the server is gone or restarted: check.
+  core->tracker->OnExpiry([weak = std::weak_ptr<ClientCore>(core)] {
+    if (std::shared_ptr<ClientCore> alive = weak.lock()) alive->Probe();
+  });
   HETPS_ASSIGN_OR_RETURN(core->bootstrap, grpc->Connect(address, deadline));
   std::unique_ptr<UcxConnection> connection(new UcxConnection(core));
   core->worker->Post([core, client_worker] { client_worker->connections[core->local_id] = core; });
@@ -411,19 +415,10 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
         "request of %d bytes exceeds the %d-byte message limit", size, core_->max_message_bytes)));
     return;
   }
-  // A call that runs out of time may mean the server is gone or restarted: check.
-  ResponseCallback checked = [weak = std::weak_ptr<ClientCore>(core_),
-                              done = std::move(done)](absl::StatusOr<Response> result) mutable {
-    if (result.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      if (std::shared_ptr<ClientCore> core = weak.lock()) core->Probe();
-    }
-    done(std::move(result));
-  };
-  const uint64_t id = core_->tracker->Start(request.deadline, std::move(checked));
+  const uint64_t id = core_->tracker->Start(request.deadline, std::move(done));
   UcxFrame frame;
   frame.call_id = id;
   frame.method = request.method;
-  frame.text = request.header;
   frame.payload_bytes = request.payload.size();
   frame.connection_id = server_id;
   if (request.deadline != absl::InfiniteFuture()) {
@@ -431,22 +426,23 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
   }
   // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
   // drives the rest itself, with no hand-off to the progress thread.
-  const bool posted = core_->worker->RunOrPost([core = core_, id, header = EncodeUcxFrame(frame),
-                                                payload = std::move(request.payload),
-                                                sink = std::move(request.response_sink)]() mutable {
-    if (core->ep == nullptr) {
-      core->tracker->Finish(
-          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
-      return;
-    }
-    if (!sink.empty()) core->sinks[id] = std::move(sink);
-    SendFrame(*core->worker, core->ep, kRequestAm, std::move(header), std::move(payload),
-              [core, id](ucs_status_t status) {
-                if (status == UCS_OK) return;
-                core->sinks.erase(id);
-                core->tracker->Finish(id, UcxError("sending the request", status));
-              });
-  });
+  const bool posted = core_->worker->RunOrPost(
+      [core = core_, id, frame, method_header = std::move(request.header),
+       payload = std::move(request.payload), sink = std::move(request.response_sink)]() mutable {
+        if (core->ep == nullptr) {
+          core->tracker->Finish(id, absl::UnavailableError(
+                                        absl::StrCat("connection to ", core->address, " is down")));
+          return;
+        }
+        if (!sink.empty()) core->sinks[id] = std::move(sink);
+        frame.text = method_header;  // here: the task (and the string) may have moved
+        SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload),
+                  [core, id](ucs_status_t status) {
+                    if (status == UCS_OK) return;
+                    core->sinks.erase(id);
+                    core->tracker->Finish(id, UcxError("sending the request", status));
+                  });
+      });
   if (!posted) {
     core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
   }
@@ -474,8 +470,7 @@ void UcxConnection::Shutdown() {
         absl::MutexLock lock(&core->mu);
         goodbye.connection_id = core->server_id;
       }
-      SendFrame(*core->worker, core->ep, kRequestAm, EncodeUcxFrame(goodbye), Payload(),
-                [](ucs_status_t) {});
+      SendFrame(*core->worker, core->ep, kRequestAm, goodbye, Payload(), [](ucs_status_t) {});
       CloseEndpoint(*core->worker, core->ep, /*force=*/false);
     }
     core->ep = nullptr;

@@ -27,8 +27,13 @@ const char* Get(const char* at, Field* value) {
 }  // namespace
 
 std::string EncodeUcxFrame(const UcxFrame& frame) {
-  std::string bytes(kUcxFrameFixedBytes + frame.text.size(), '\0');
-  char* at = bytes.data();
+  std::string bytes(EncodedUcxFrameSize(frame), '\0');
+  EncodeUcxFrameTo(frame, bytes.data());
+  return bytes;
+}
+
+void EncodeUcxFrameTo(const UcxFrame& frame, char* out) {
+  char* at = out;
   at = Put(at, frame.call_id);
   at = Put(at, frame.connection_id);
   at = Put(at, frame.timeout_us);
@@ -36,7 +41,6 @@ std::string EncodeUcxFrame(const UcxFrame& frame) {
   at = Put(at, frame.method);
   at = Put(at, frame.status_code);
   if (!frame.text.empty()) std::memcpy(at, frame.text.data(), frame.text.size());
-  return bytes;
 }
 
 absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length) {

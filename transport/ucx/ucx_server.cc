@@ -161,8 +161,8 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
           frame.status_code = static_cast<int32_t>(result.status().code());
           frame.text = result.status().message();
         }
-        SendFrame(*core->worker, it->second.ep, kResponseAm, EncodeUcxFrame(frame),
-                  std::move(payload), [](ucs_status_t status) {
+        SendFrame(*core->worker, it->second.ep, kResponseAm, frame, std::move(payload),
+                  [](ucs_status_t status) {
                     if (status != UCS_OK) {
                       LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
                     }
@@ -282,8 +282,7 @@ void UcxListener::Shutdown() {
       UcxFrame goodbye;
       goodbye.method = kGoodbyeMethod;
       goodbye.connection_id = peer.client_connection;
-      SendFrame(*core->worker, peer.ep, kResponseAm, EncodeUcxFrame(goodbye), Payload(),
-                [](ucs_status_t) {});
+      SendFrame(*core->worker, peer.ep, kResponseAm, goodbye, Payload(), [](ucs_status_t) {});
       CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
     }
     core->peers.clear();

@@ -362,16 +362,19 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
   return {ucp_dt_make_iov(), pieces.data(), pieces.size()};
 }
 
-void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, std::string header, Payload payload,
-               absl::AnyInvocable<void(ucs_status_t)> done) {
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
+  // Data-path headers fit inline (no allocation of their own).
   struct SendState {
-    std::string header;
+    absl::InlinedVector<char, 96> header;
     Payload payload;
     absl::InlinedVector<ucp_dt_iov_t, 2> iov;  // the state stays put: UCX may point into it
     absl::AnyInvocable<void(ucs_status_t)> done;
   };
-  auto* state = new SendState{std::move(header), std::move(payload), {}, std::move(done)};
+  auto* state = new SendState{{}, std::move(payload), {}, std::move(done)};
+  state->header.resize(EncodedUcxFrameSize(frame));
+  EncodeUcxFrameTo(frame, state->header.data());
   for (const ByteSpan& segment : state->payload.segments()) {
     state->iov.push_back({const_cast<uint8_t*>(segment.data()), segment.size()});
   }

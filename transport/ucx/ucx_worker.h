@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "transport/payload.h"
+#include "transport/ucx/ucx_frame.h"
 #include "transport/ucx/ucx_transport.h"
 
 namespace hetps::transport::ucx_internal {
@@ -183,8 +184,8 @@ struct UcxBuffer {
 };
 UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 
-void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, std::string header, Payload payload,
-               absl::AnyInvocable<void(ucs_status_t)> done);
+void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
