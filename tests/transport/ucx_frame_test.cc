@@ -1,4 +1,5 @@
-// The UCX transport's binary frame header, and the frame version both sides check at bootstrap.
+// The UCX transport's binary frame header, and what a server checks in a bootstrap before it
+// opens an endpoint: the frame version, and that the worker address can be one.
 #ifdef HETPS_HAVE_UCX
 #include "transport/ucx/ucx_frame.h"
 
@@ -69,32 +70,71 @@ class NoHandler : public RequestHandler {
   }
 };
 
+// Bootstraps sent by hand over gRPC to a UCX listener.
+class BootstrapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto listener = ucx_->Listen("127.0.0.1:0", &handler_);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    auto connection = grpc_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    connection_ = *std::move(connection);
+  }
+  void TearDown() override {
+    if (connection_ != nullptr) connection_->Shutdown();
+    if (listener_ != nullptr) listener_->Shutdown();
+  }
+
+  absl::StatusOr<Response> Bootstrap(const hetps::v1::UcxBootstrapRequest& bootstrap) {
+    Request request;
+    request.method = kBootstrapMethod;
+    request.header = bootstrap.SerializeAsString();
+    request.deadline = absl::Now() + absl::Seconds(10);
+    return testing::CallAndWait(*connection_, std::move(request));
+  }
+
+  NoHandler handler_;
+  std::shared_ptr<Transport> ucx_ = testing::NewTestTransport("ucx");
+  std::shared_ptr<Transport> grpc_ = NewGrpcTransport({});
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Connection> connection_;
+};
+
 // A client of another frame layout (an older build sends no version: 0) is refused at
 // bootstrap with a reason, before any frame is exchanged.
-TEST(UcxFrameTest, AServerRefusesABootstrapInAnotherFrameVersion) {
-  NoHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
-  auto listener = ucx->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto grpc = NewGrpcTransport({});
-  auto connection = grpc->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(connection.ok()) << connection.status();
+TEST_F(BootstrapTest, AServerRefusesAnotherFrameVersion) {
   for (uint32_t version : {uint32_t{0}, kUcxFrameVersion + 1}) {
     hetps::v1::UcxBootstrapRequest bootstrap;
     bootstrap.set_worker_address("not used: refused before");
     bootstrap.set_connection_id(1);
     bootstrap.set_frame_version(version);
-    Request request;
-    request.method = kBootstrapMethod;
-    request.header = bootstrap.SerializeAsString();
-    request.deadline = absl::Now() + absl::Seconds(10);
-    absl::StatusOr<Response> response = testing::CallAndWait(**connection, std::move(request));
+    absl::StatusOr<Response> response = Bootstrap(bootstrap);
     EXPECT_EQ(response.status().code(), absl::StatusCode::kFailedPrecondition) << version;
     EXPECT_NE(response.status().message().find("frame version"), absl::string_view::npos)
         << response.status();
   }
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
+}
+
+// UCX aborts the process on a worker address it cannot read: the server refuses such bytes
+// with an error and keeps serving.
+TEST_F(BootstrapTest, AServerRefusesWhatCannotBeAWorkerAddressAndKeepsServing) {
+  for (const std::string& address :
+       {std::string("short"), std::string("not a worker address"), std::string(64, '\xff')}) {
+    hetps::v1::UcxBootstrapRequest bootstrap;
+    bootstrap.set_worker_address(address);
+    bootstrap.set_connection_id(1);
+    bootstrap.set_frame_version(kUcxFrameVersion);
+    absl::StatusOr<Response> response = Bootstrap(bootstrap);
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << address;
+  }
+  hetps::v1::UcxBootstrapRequest probe;
+  probe.set_address_only(true);
+  absl::StatusOr<Response> response = Bootstrap(probe);
+  ASSERT_TRUE(response.ok()) << response.status();
+  hetps::v1::UcxBootstrapResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(response->header));
+  EXPECT_FALSE(answer.worker_address().empty());
 }
 
 }  // namespace

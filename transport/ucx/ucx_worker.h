@@ -189,8 +189,8 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& f
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
-// keeps `on_error` until it stops: it must hold only weak references. UNAVAILABLE if UCX
-// refuses.
+// keeps `on_error` until it stops: it must hold only weak references. INVALID_ARGUMENT if
+// `address` cannot be a worker address (see the .cc), UNAVAILABLE if UCX refuses.
 absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
                                         std::function<void(ucs_status_t)> on_error);
 
