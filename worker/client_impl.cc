@@ -113,7 +113,9 @@ class ClientImpl final : public Client {
 
  private:
   // The shard channels, or FailedPrecondition once shut down.
-  absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> Channels();
+  using ChannelList = std::vector<std::shared_ptr<ShardChannel>>;
+  // The channels, by shard (set once by Connect: a snapshot costs no copy of the list).
+  absl::StatusOr<std::shared_ptr<const ChannelList>> Channels();
   absl::StatusOr<const DeclaredTensor*> FindTensor(TensorId id);
   // Cuts the items into per-shard pieces, checking each against its declaration.
   absl::StatusOr<std::vector<std::vector<Piece>>> PlanPieces(hetps::v1::Method method,
@@ -130,7 +132,7 @@ class ClientImpl final : public Client {
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::shared_ptr<ShardChannel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const ChannelList> channels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TensorId, std::unique_ptr<DeclaredTensor>> tensors_ ABSL_GUARDED_BY(mu_);
   uint64_t barrier_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -152,7 +154,7 @@ absl::Status ClientImpl::Connect() {
   }
   {
     absl::MutexLock lock(&mu_);
-    channels_ = channels;
+    channels_ = std::make_shared<const ChannelList>(channels);
   }
   std::vector<std::string> headers;
   for (uint32_t shard = 0; shard < channels.size(); ++shard) {
@@ -187,9 +189,10 @@ absl::Status ClientImpl::Connect() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> ClientImpl::Channels() {
+absl::StatusOr<std::shared_ptr<const ClientImpl::ChannelList>> ClientImpl::Channels() {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::FailedPreconditionError("the client is shut down");
+  if (channels_ == nullptr) return absl::FailedPreconditionError("the client is not connected");
   return channels_;
 }
 
@@ -204,7 +207,8 @@ absl::StatusOr<const DeclaredTensor*> ClientImpl::FindTensor(TensorId id) {
 
 absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
                                              absl::Span<const float> initial_values) {
-  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  const ChannelList& channels = *channel_list;
   if (spec.name.empty()) return absl::InvalidArgumentError("a tensor needs a name");
   if (!initial_values.empty() && initial_values.size() != spec.num_elements) {
     return absl::InvalidArgumentError(
@@ -335,7 +339,7 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
 Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushItem> gradients,
                                 absl::Span<const PullItem> weights, uint64_t step_or_version,
                                 DoneCallback done) {
-  absl::StatusOr<std::vector<std::shared_ptr<ShardChannel>>> channels = Channels();
+  absl::StatusOr<std::shared_ptr<const ChannelList>> channels = Channels();
   if (!channels.ok()) return OperationState::Failed(channels.status(), std::move(done));
   absl::StatusOr<std::vector<std::vector<Piece>>> pieces = PlanPieces(method, gradients, weights);
   if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done));
@@ -392,7 +396,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       sink.emplace_back(static_cast<uint8_t*>(piece.weights),
                         piece.elements * BytesPerElement(piece.pull_format));
     }
-    (*channels)[message.shard]->Call(
+    (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
         [operation, pull,
          pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
@@ -416,7 +420,8 @@ absl::StatusOr<std::vector<TensorPartition>> ClientImpl::Partitions(TensorId id)
 
 absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
                                             const std::map<std::string, double>& changes) {
-  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  const ChannelList& channels = *channel_list;
   HETPS_RETURN_IF_ERROR(FindTensor(tensor).status());
   hetps::v1::SetOptimizerRequest request;
   request.set_worker_rank(options_.rank);
@@ -430,7 +435,8 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
 }
 
 absl::Status ClientImpl::Barrier() {
-  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  const ChannelList& channels = *channel_list;
   hetps::v1::BarrierRequest request;
   request.set_worker_rank(options_.rank);
   {
@@ -449,7 +455,8 @@ absl::Status ClientImpl::Barrier() {
 }
 
 absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
-  HETPS_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<ShardChannel>> channels, Channels());
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  const ChannelList& channels = *channel_list;
   std::vector<std::string> headers(channels.size(), hetps::v1::StatsRequest().SerializeAsString());
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
                          internal::CallEach(*transport_, channels, hetps::v1::METHOD_STATS, headers,
@@ -466,14 +473,15 @@ absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
 }
 
 void ClientImpl::Shutdown() {
-  std::vector<std::shared_ptr<ShardChannel>> channels;
+  std::shared_ptr<const ChannelList> channels;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     channels = std::move(channels_);
   }
-  for (const auto& channel : channels) channel->Shutdown();
+  if (channels == nullptr) return;  // never connected
+  for (const auto& channel : *channels) channel->Shutdown();
 }
 
 }  // namespace
