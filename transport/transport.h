@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -29,6 +30,9 @@
 #include "transport/payload.h"
 
 namespace hetps::transport {
+
+// Where a response's payload should land: a few spans (the pulled tensors' memory).
+using ResponseSink = absl::InlinedVector<absl::Span<uint8_t>, 2>;
 
 struct Request {
   uint32_t method = 0;
@@ -40,7 +44,7 @@ struct Request {
   // that can (UCX) receives a payload of exactly this size straight into these spans and the
   // response's payload then refers to them; others ignore it. The memory must stay valid until
   // the call completes.
-  std::vector<absl::Span<uint8_t>> response_sink;
+  ResponseSink response_sink;
 };
 
 struct Response {

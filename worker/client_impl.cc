@@ -387,7 +387,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     }
     const bool pull = method != hetps::v1::METHOD_PUSH;
     // Pulled bytes already in the caller's format may land straight in the caller's memory.
-    std::vector<absl::Span<uint8_t>> sink;
+    transport::ResponseSink sink;
     for (const Piece& piece : message.pieces) {
       if (!pull || piece.weights_format != piece.pull_format) {
         sink.clear();

@@ -25,7 +25,7 @@ void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker.worker(), data);
 }
 
-size_t TotalSize(const std::vector<absl::Span<uint8_t>>& spans) {
+size_t TotalSize(const ResponseSink& spans) {
   size_t total = 0;
   for (const auto& span : spans) total += span.size();
   return total;
@@ -66,8 +66,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   };
   ucp_ep_h ep = nullptr;
   bool lanes_logged = false;
-  absl::flat_hash_map<uint64_t, std::vector<absl::Span<uint8_t>>> sinks;  // by call
-  absl::flat_hash_map<uint64_t, Receiving> receiving;                     // by call
+  absl::flat_hash_map<uint64_t, ResponseSink> sinks;   // by call
+  absl::flat_hash_map<uint64_t, Receiving> receiving;  // by call
 
   void StartBootstrap();
   // Calls the server's bootstrap method over gRPC; `then` gets the answer if this still lives.
@@ -236,7 +236,7 @@ void ClientCore::Fail(const absl::Status& status) {
 ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t length,
                                     const ucp_am_recv_param_t* param) {
   const uint64_t call = frame.call_id;
-  std::vector<absl::Span<uint8_t>> sink;
+  ResponseSink sink;
   if (auto it = sinks.find(call); it != sinks.end()) {
     sink = std::move(it->second);
     sinks.erase(it);

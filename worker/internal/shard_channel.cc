@@ -24,7 +24,7 @@ struct ShardChannel::PendingCall {
   std::string header;
   transport::Payload payload;
   absl::Time deadline;
-  std::vector<absl::Span<uint8_t>> sink;
+  transport::ResponseSink sink;
   transport::ResponseCallback done;
   absl::Duration pause = kFirstRetryPause;
   // Why the last attempt could not reach the shard (empty before any retry).
@@ -52,7 +52,7 @@ void ShardChannel::Exit() {
 
 void ShardChannel::Call(uint32_t method, std::string header, transport::Payload payload,
                         absl::Time deadline, transport::ResponseCallback done,
-                        std::vector<absl::Span<uint8_t>> sink) {
+                        transport::ResponseSink sink) {
   auto call = std::make_shared<PendingCall>();
   call->method = method;
   call->header = std::move(header);

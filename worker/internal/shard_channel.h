@@ -34,7 +34,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
 
   // `sink`: where the response's payload should land (see transport::Request::response_sink).
   void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
-            transport::ResponseCallback done, std::vector<absl::Span<uint8_t>> sink = {});
+            transport::ResponseCallback done, transport::ResponseSink sink = {});
   void Shutdown();
 
  private:
