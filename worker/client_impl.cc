@@ -42,6 +42,23 @@ using internal::StatsFromProto;
 using internal::ValidateOptions;
 using internal::WireDType;
 
+// Describes `piece` in a data request's `item`; a push's gradient goes onto `payload`.
+void AddItem(hetps::v1::Method method, const Piece& piece, hetps::v1::PartitionItem* item,
+             transport::Payload& payload) {
+  item->set_tensor_key(piece.tensor_key);
+  item->set_partition(piece.partition);
+  if (method == hetps::v1::METHOD_PULL) {
+    item->set_dtype(WireDType(piece.pull_format));
+    return;
+  }
+  item->set_dtype(WireDType(piece.push_format));
+  if (method == hetps::v1::METHOD_PUSH_PULL && piece.pull_format != piece.push_format) {
+    item->set_pull_dtype(WireDType(piece.pull_format));
+  }
+  item->set_num_bytes(piece.elements * BytesPerElement(piece.push_format));
+  payload.Append(GradientPayload(piece));
+}
+
 struct DeclaredTensor {
   std::string name;
   uint64_t num_elements;
@@ -112,9 +129,9 @@ class ClientImpl final : public Client {
   void Shutdown() override;
 
  private:
-  // The shard channels, or FailedPrecondition once shut down.
   using ChannelList = std::vector<std::shared_ptr<ShardChannel>>;
-  // The channels, by shard (set once by Connect: a snapshot costs no copy of the list).
+  // The shard channels, by shard (set once by Connect, so callers share the list instead of
+  // copying it), or FailedPrecondition before Connect and once shut down.
   absl::StatusOr<std::shared_ptr<const ChannelList>> Channels();
   absl::StatusOr<const DeclaredTensor*> FindTensor(TensorId id);
   // Cuts the items into per-shard pieces, checking each against its declaration.
@@ -352,38 +369,26 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
   for (PlannedMessage& message : messages) {
-    // The items go into the header message directly; the messages are reused (see
-    // ReusedMessage), so building them allocates nothing after the first operations.
-    ReusedMessage<hetps::v1::PushRequest> push_request;
-    ReusedMessage<hetps::v1::PullRequest> pull_request;
-    google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items =
-        push ? *push_request->mutable_items() : *pull_request->mutable_items();
+    // The items go into the header message directly, one the thread reuses (see
+    // ReusedMessage): building it allocates nothing after the first operations.
     transport::Payload payload;
-    for (const Piece& piece : message.pieces) {
-      hetps::v1::PartitionItem* item = items.Add();
-      item->set_tensor_key(piece.tensor_key);
-      item->set_partition(piece.partition);
-      if (!push) {
-        item->set_dtype(WireDType(piece.pull_format));
-        continue;
-      }
-      item->set_dtype(WireDType(piece.push_format));
-      if (method == hetps::v1::METHOD_PUSH_PULL && piece.pull_format != piece.push_format) {
-        item->set_pull_dtype(WireDType(piece.pull_format));
-      }
-      item->set_num_bytes(piece.elements * BytesPerElement(piece.push_format));
-      payload.Append(GradientPayload(piece));
-    }
+    auto add_items = [&](google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items) {
+      for (const Piece& piece : message.pieces) AddItem(method, piece, items.Add(), payload);
+    };
     std::string header;
     if (push) {
-      push_request->set_worker_rank(options_.rank);
-      push_request->set_step(step_or_version);
-      push_request->set_sequence(sequence);
-      push_request->SerializeToString(&header);
+      ReusedMessage<hetps::v1::PushRequest> request;
+      add_items(*request->mutable_items());
+      request->set_worker_rank(options_.rank);
+      request->set_step(step_or_version);
+      request->set_sequence(sequence);
+      request->SerializeToString(&header);
     } else {
-      pull_request->set_worker_rank(options_.rank);
-      pull_request->set_min_version(step_or_version);
-      pull_request->SerializeToString(&header);
+      ReusedMessage<hetps::v1::PullRequest> request;
+      add_items(*request->mutable_items());
+      request->set_worker_rank(options_.rank);
+      request->set_min_version(step_or_version);
+      request->SerializeToString(&header);
     }
     const bool pull = method != hetps::v1::METHOD_PUSH;
     // Pulled bytes already in the caller's format may land straight in the caller's memory.

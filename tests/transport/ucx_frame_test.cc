@@ -17,6 +17,12 @@
 namespace hetps::transport::ucx_internal {
 namespace {
 
+std::string Encode(const UcxFrame& frame) {
+  std::string bytes(EncodedUcxFrameSize(frame), '\0');
+  EncodeUcxFrameTo(frame, bytes.data());
+  return bytes;
+}
+
 TEST(UcxFrameTest, EveryFieldAndTheTextSurviveEncoding) {
   UcxFrame frame;
   frame.call_id = 0x0102030405060708;
@@ -27,7 +33,7 @@ TEST(UcxFrameTest, EveryFieldAndTheTextSurviveEncoding) {
   frame.status_code = 13;
   const std::string text("header\0with a zero", 18);
   frame.text = text;
-  const std::string bytes = EncodeUcxFrame(frame);
+  const std::string bytes = Encode(frame);
   EXPECT_EQ(bytes.size(), kUcxFrameFixedBytes + text.size());
 
   absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), bytes.size());
@@ -47,7 +53,7 @@ TEST(UcxFrameTest, TheLayoutIsLittleEndianAtFixedOffsets) {
   frame.call_id = 1;
   frame.connection_id = 2;
   frame.method = 3;
-  const std::string bytes = EncodeUcxFrame(frame);
+  const std::string bytes = Encode(frame);
   ASSERT_EQ(bytes.size(), kUcxFrameFixedBytes);
   EXPECT_EQ(bytes[0], 1);   // call_id, bytes 0..7
   EXPECT_EQ(bytes[8], 2);   // connection_id, bytes 8..15
@@ -55,7 +61,7 @@ TEST(UcxFrameTest, TheLayoutIsLittleEndianAtFixedOffsets) {
 }
 
 TEST(UcxFrameTest, AHeaderShorterThanTheFixedPartIsRefused) {
-  const std::string bytes = EncodeUcxFrame(UcxFrame());
+  const std::string bytes = Encode(UcxFrame());
   for (size_t length : {size_t{0}, size_t{1}, kUcxFrameFixedBytes - 1}) {
     absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), length);
     EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << length;

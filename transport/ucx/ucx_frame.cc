@@ -26,12 +26,6 @@ const char* Get(const char* at, Field* value) {
 
 }  // namespace
 
-std::string EncodeUcxFrame(const UcxFrame& frame) {
-  std::string bytes(EncodedUcxFrameSize(frame), '\0');
-  EncodeUcxFrameTo(frame, bytes.data());
-  return bytes;
-}
-
 void EncodeUcxFrameTo(const UcxFrame& frame, char* out) {
   char* at = out;
   at = Put(at, frame.call_id);

@@ -9,14 +9,14 @@
 // 100 and 120 ns a side on the project's VM, where a 4 KiB round trip over shared memory takes
 // a few microseconds. Peers agree on kUcxFrameVersion at bootstrap (proto/frame.proto).
 //
-//   std::string bytes = EncodeUcxFrame(frame);  // or EncodeUcxFrameTo, into a buffer of one's own
+//   std::string bytes(EncodedUcxFrameSize(frame), '\0');
+//   EncodeUcxFrameTo(frame, bytes.data());
 //   absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), bytes.size());
 #ifndef HETPS_TRANSPORT_UCX_UCX_FRAME_H_
 #define HETPS_TRANSPORT_UCX_UCX_FRAME_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -49,7 +49,6 @@ inline size_t EncodedUcxFrameSize(const UcxFrame& frame) {
   return kUcxFrameFixedBytes + frame.text.size();
 }
 void EncodeUcxFrameTo(const UcxFrame& frame, char* out);
-std::string EncodeUcxFrame(const UcxFrame& frame);
 // INVALID_ARGUMENT if `length` is shorter than the fixed part.
 absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length);
 
