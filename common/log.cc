@@ -3,21 +3,32 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace hetps {
 namespace {
 
-LogSeverity SeverityFromEnvironment() {
-  const char* level = std::getenv("HETPS_LOG_LEVEL");
-  if (level == nullptr) return LogSeverity::kInfo;
+absl::StatusOr<LogSeverity> SeverityNamed(const char* level) {
+  if (level == nullptr || absl::EqualsIgnoreCase(level, "info")) return LogSeverity::kInfo;
   if (absl::EqualsIgnoreCase(level, "warning")) return LogSeverity::kWarning;
   if (absl::EqualsIgnoreCase(level, "error")) return LogSeverity::kError;
+  return absl::InvalidArgumentError(
+      absl::StrCat("HETPS_LOG_LEVEL=", level, " is none of info, warning, error"));
+}
+
+LogSeverity SeverityFromEnvironment() {
+  absl::StatusOr<LogSeverity> severity = SeverityNamed(std::getenv("HETPS_LOG_LEVEL"));
+  if (severity.ok()) return *severity;
+  std::fprintf(stderr, "hetps: %s; logging at info\n",
+               std::string(severity.status().message()).c_str());
   return LogSeverity::kInfo;
 }
 
@@ -41,6 +52,10 @@ char SeverityLetter(LogSeverity severity) {
 }  // namespace
 
 void SetMinLogSeverity(LogSeverity severity) { MinSeverity().store(severity); }
+
+absl::Status CheckLogLevelEnvironment() {
+  return SeverityNamed(std::getenv("HETPS_LOG_LEVEL")).status();
+}
 
 void LogMessage(LogSeverity severity, absl::string_view message) {
   if (severity < MinSeverity().load(std::memory_order_relaxed)) return;

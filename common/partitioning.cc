@@ -54,4 +54,20 @@ uint32_t ShardOfPartition(uint64_t tensor_key, uint32_t partition, uint32_t num_
   return static_cast<uint32_t>((Mix64(tensor_key) % num_shards + partition) % num_shards);
 }
 
+ShardShare ShareOfShard(const PartitionLayout& layout, uint64_t tensor_key, uint32_t num_shards,
+                        uint32_t shard) {
+  // Partition p is on shard (start + p) mod S: those of `shard` are first, first + S, ...
+  const uint32_t start = static_cast<uint32_t>(Mix64(tensor_key) % num_shards);
+  ShardShare share;
+  share.first_partition = (shard + num_shards - start) % num_shards;
+  const uint32_t total = layout.num_partitions();
+  if (share.first_partition >= total) return share;
+  share.partitions = (total - 1 - share.first_partition) / num_shards + 1;
+  // All partitions but the last are full.
+  const uint32_t last = share.first_partition + (share.partitions - 1) * num_shards;
+  share.elements = static_cast<uint64_t>(share.partitions - 1) * layout.partition(0).size +
+                   layout.partition(last).size;
+  return share;
+}
+
 }  // namespace hetps

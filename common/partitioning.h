@@ -64,6 +64,16 @@ class PartitionLayout {
 // REQUIRES: num_shards > 0.
 uint32_t ShardOfPartition(uint64_t tensor_key, uint32_t partition, uint32_t num_shards);
 
+// What shard `shard` holds of a tensor, computed without visiting the partitions (a hostile
+// declaration may ask for billions of them). REQUIRES: shard < num_shards.
+struct ShardShare {
+  uint32_t first_partition = 0;  // the lowest index it holds (meaningless if partitions == 0)
+  uint32_t partitions = 0;       // it holds first_partition, + num_shards, + 2 * num_shards, ...
+  uint64_t elements = 0;
+};
+ShardShare ShareOfShard(const PartitionLayout& layout, uint64_t tensor_key, uint32_t num_shards,
+                        uint32_t shard);
+
 }  // namespace hetps
 
 #endif  // HETPS_COMMON_PARTITIONING_H_

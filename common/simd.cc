@@ -1,8 +1,13 @@
 #include "common/simd.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace hetps {
 namespace {
@@ -23,11 +28,22 @@ SimdLevel Clamp(SimdLevel level) {
   return static_cast<int>(level) < static_cast<int>(BestSimdLevel()) ? level : BestSimdLevel();
 }
 
-SimdLevel FromEnvironment() {
+// The level HETPS_SIMD asks for (the best one when unset), or InvalidArgument.
+absl::StatusOr<SimdLevel> LevelFromEnvironment() {
   const char* wanted = std::getenv("HETPS_SIMD");
   if (wanted == nullptr) return BestSimdLevel();
-  if (std::strcmp(wanted, "baseline") == 0) return SimdLevel::kBaseline;
-  if (std::strcmp(wanted, "avx2") == 0) return Clamp(SimdLevel::kAvx2);
+  for (SimdLevel level : {SimdLevel::kBaseline, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (std::strcmp(wanted, SimdLevelName(level)) == 0) return Clamp(level);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("HETPS_SIMD=", wanted, " is none of baseline, avx2, avx512"));
+}
+
+SimdLevel FromEnvironment() {
+  absl::StatusOr<SimdLevel> level = LevelFromEnvironment();
+  if (level.ok()) return *level;
+  std::fprintf(stderr, "hetps: %s; using %s\n", std::string(level.status().message()).c_str(),
+               SimdLevelName(BestSimdLevel()));
   return BestSimdLevel();
 }
 
@@ -46,6 +62,8 @@ SimdLevel BestSimdLevel() {
 SimdLevel ActiveSimdLevel() { return Active().load(std::memory_order_relaxed); }
 
 void SetActiveSimdLevel(SimdLevel level) { Active().store(Clamp(level)); }
+
+absl::Status CheckSimdEnvironment() { return LevelFromEnvironment().status(); }
 
 const char* SimdLevelName(SimdLevel level) {
   switch (level) {

@@ -13,6 +13,8 @@
 #ifndef HETPS_COMMON_SIMD_H_
 #define HETPS_COMMON_SIMD_H_
 
+#include "absl/status/status.h"
+
 namespace hetps {
 
 enum class SimdLevel { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -25,6 +27,9 @@ SimdLevel ActiveSimdLevel();
 // running kernels of different expectations: tests call it between runs.
 void SetActiveSimdLevel(SimdLevel level);
 const char* SimdLevelName(SimdLevel level);
+// InvalidArgument naming HETPS_SIMD when it is set to an unknown value (the best level is used
+// then, and a library reports it on stderr; programs refuse to start with it).
+absl::Status CheckSimdEnvironment();
 
 #define HETPS_KERNEL inline __attribute__((always_inline))
 

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "proto/ps.pb.h"
+#include "server/request_util.h"
 
 namespace hetps::server {
 namespace {
@@ -24,9 +26,16 @@ void BarrierCoordinator::Arrive(uint32_t rank, uint64_t generation, absl::Time d
                                 transport::ReplyCallback reply) {
   std::vector<Arrival> released;
   Arrival replaced;
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (generation <= completed_) {
+    if (generation > completed_ + 1) {
+      // A worker calls barrier n + 1 only after barrier n completed: this number is corrupt or
+      // forged, and taking it would let every later barrier return at once.
+      refused = absl::InvalidArgumentError(
+          absl::StrFormat("barrier %d is ahead of the job: %d barriers completed, the next is %d",
+                          generation, completed_, completed_ + 1));
+    } else if (generation <= completed_) {
       released.push_back(Arrival{std::move(reply)});
     } else {
       Generation& arrivals = waiting_[generation];
@@ -47,6 +56,10 @@ void BarrierCoordinator::Arrive(uint32_t rank, uint64_t generation, absl::Time d
       }
     }
   }
+  if (!refused.ok()) {
+    reply(refused);
+    return;
+  }
   if (replaced.reply) {
     timers_->Cancel(replaced.timer);
     replaced.reply(absl::AbortedError("replaced by a retried barrier call"));
@@ -64,21 +77,27 @@ uint64_t BarrierCoordinator::completed() const {
 
 void BarrierCoordinator::Expire(uint32_t rank, uint64_t generation) {
   Arrival expired;
-  size_t arrived = 0;
+  std::vector<uint32_t> missing;
   {
     absl::MutexLock lock(&mu_);
     auto generation_it = waiting_.find(generation);
     if (generation_it == waiting_.end()) return;
-    auto it = generation_it->second.find(rank);
-    if (it == generation_it->second.end()) return;
+    Generation& arrivals = generation_it->second;
+    auto it = arrivals.find(rank);
+    if (it == arrivals.end()) return;
+    for (uint32_t r = 0; r < num_workers_; ++r) {
+      if (!arrivals.contains(r)) missing.push_back(r);
+    }
     expired = std::move(it->second);
-    generation_it->second.erase(it);
-    arrived = generation_it->second.size() + 1;
-    if (generation_it->second.empty()) waiting_.erase(generation_it);
+    arrivals.erase(it);
+    if (arrivals.empty()) waiting_.erase(generation_it);
   }
-  expired.reply(absl::DeadlineExceededError(
-      absl::StrFormat("barrier %d: only %d of %d workers arrived before the deadline", generation,
-                      arrived, num_workers_)));
+  const std::string why = absl::StrFormat(
+      "barrier %d: waited for worker(s) %s, which did not arrive before worker %d's deadline "
+      "(%d of %d workers arrived; is a worker not running, or started with another rank?)",
+      generation, DescribeRanks(missing), rank, num_workers_ - missing.size(), num_workers_);
+  LogWarning("%s", why);
+  expired.reply(absl::DeadlineExceededError(why));
 }
 
 void BarrierCoordinator::FailAll(const absl::Status& status) {

@@ -1,7 +1,8 @@
 // BarrierCoordinator: the n-th Barrier call of every worker meets the n-th of the others. When
 // the last of the W workers arrives all are answered OK; a worker still waiting at its deadline
-// is answered DeadlineExceeded. A retried arrival replaces the earlier one (which is answered
-// Aborted); an arrival for a barrier that already completed is answered OK at once.
+// is answered DeadlineExceeded, naming the workers that did not arrive. A retried arrival
+// replaces the earlier one (which is answered Aborted); an arrival for a barrier that already
+// completed is answered OK at once, one beyond the next barrier InvalidArgument.
 //
 // Thread-safe.
 #ifndef HETPS_SERVER_BARRIER_H_

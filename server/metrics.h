@@ -14,6 +14,7 @@ struct ShardMetrics {
   std::atomic<uint64_t> payload_bytes_received{0};
   std::atomic<uint64_t> payload_bytes_sent{0};
   std::atomic<uint64_t> failed_requests{0};
+  std::atomic<uint64_t> pushes_refused{0};  // push items answered with an error, not applied
 
   static void Add(std::atomic<uint64_t>& counter, uint64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);

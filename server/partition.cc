@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/request_util.h"
 
 namespace hetps::server {
 namespace {
@@ -31,6 +32,13 @@ UpdateArgs Slice(const UpdateArgs& args, size_t begin, size_t end,
 
 }  // namespace
 
+uint64_t Partition::BookkeepingBytes(uint32_t num_workers) {
+  // The object, its heap-allocated members' headers, and per-worker state that lives as long
+  // as the partition (runs_) or comes and goes with the steps (a gradient slot per worker).
+  return sizeof(Partition) + 256 +
+         uint64_t{num_workers} * (sizeof(WorkerRun) + sizeof(HeldGradient));
+}
+
 absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& config,
                                                              AlignedBuffer weights) {
   const size_t state_floats =
@@ -44,7 +52,7 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),
-      applied_(config.num_workers) {
+      runs_(config.num_workers) {
   for (int slot = 0; slot < config_.optimizer->state_slots(); ++slot) {
     state_slots_.push_back(state_.data() + slot * config_.range.size);
   }
@@ -77,32 +85,83 @@ void Partition::Release(HeldGradient& gradient) {
   gradient = HeldGradient();
 }
 
-absl::Status Partition::Push(uint32_t rank, uint64_t step, uint64_t sequence, FloatFormat format,
+absl::Status Partition::Push(const PushOrigin& origin, FloatFormat format,
                              transport::Payload gradient) {
-  if (config_.sync_mode == hetps::v1::SYNC_MODE_ASP) {
-    if (!applied_[rank].IsNew(sequence)) return absl::OkStatus();  // a retry
-    HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(format, std::move(gradient)));
-    applied_[rank].Mark(sequence);
-    const float* gradients[] = {held.data};
-    Apply(gradients);
-    Release(held);
-    WakeWaiters();
-    return absl::OkStatus();
+  return config_.sync_mode == hetps::v1::SYNC_MODE_ASP
+             ? PushAsp(origin, format, std::move(gradient))
+             : PushBsp(origin, format, std::move(gradient));
+}
+
+absl::Status Partition::PushAsp(const PushOrigin& origin, FloatFormat format,
+                                transport::Payload gradient) {
+  WorkerRun& run = runs_[origin.rank];
+  // Another run numbers its pushes from 1 again: what the last one sent says nothing about it.
+  const bool new_run = origin.incarnation != run.incarnation;
+  const ReplayWindow& window = new_run ? ReplayWindow() : run.applied;
+  switch (window.Judge(origin.sequence)) {
+    case ReplayWindow::kSeen:
+      return absl::OkStatus();  // a retry of a push that was applied
+    case ReplayWindow::kTooOld:
+      if (origin.sequence == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("partition %d: push sequence numbers start at 1", config_.index));
+      }
+      return absl::AbortedError(absl::StrFormat(
+          "partition %d: push %d of worker %d is too old to tell from a retry (its newest is %d; "
+          "the last %d are remembered): not applied",
+          config_.index, origin.sequence, origin.rank, window.highest(), ReplayWindow::kSize));
+    case ReplayWindow::kTooFarAhead:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "partition %d: push sequence %d of worker %d jumps more than 2^32 past its newest (%d)",
+          config_.index, origin.sequence, origin.rank, window.highest()));
+    case ReplayWindow::kNew:
+      break;
   }
-  if (step < version()) return absl::OkStatus();  // that step is applied: a retry
+  HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(format, std::move(gradient)));
+  if (new_run) run = WorkerRun{origin.incarnation, ReplayWindow()};
+  run.applied.Mark(origin.sequence);
+  const float* gradients[] = {held.data};
+  Apply(gradients);
+  Release(held);
+  WakeWaiters();
+  return absl::OkStatus();
+}
+
+absl::Status Partition::PushBsp(const PushOrigin& origin, FloatFormat format,
+                                transport::Payload gradient) {
+  WorkerRun& run = runs_[origin.rank];
+  const uint64_t step = origin.step;
+  const bool new_run = origin.incarnation != run.incarnation;
+  if (step < version()) {
+    // Step `step` was applied, so this worker's gradient for it arrived: from this run, this is
+    // a retry. A run that never pushed here before cannot have sent it.
+    if (!new_run) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d has applied %d steps; step %d of worker %d is not from the run that "
+        "pushed it: the shard holds the state of an earlier run of the job (restart the shards "
+        "or use another --job_id), or the worker restarted behind the others (pull and go on "
+        "from step %d)",
+        config_.index, version(), step, origin.rank, version()));
+  }
   Step& pending = steps_[step];
   if (pending.gradients.empty()) {
     pending.gradients = std::move(spare_gradients_);
     pending.gradients.resize(config_.num_workers);
   }
-  if (pending.gradients[rank].data != nullptr) return absl::OkStatus();  // a retry
+  HeldGradient& slot = pending.gradients[origin.rank];
+  if (slot.data != nullptr && !new_run) return absl::OkStatus();  // a retry
   absl::StatusOr<HeldGradient> held = Hold(format, std::move(gradient));
   if (!held.ok()) {
     if (pending.received == 0) steps_.erase(step);
     return held.status();
   }
-  pending.gradients[rank] = *std::move(held);
-  ++pending.received;
+  run.incarnation = origin.incarnation;
+  if (slot.data != nullptr) {
+    Release(slot);  // a new run's gradient replaces the one its predecessor left
+  } else {
+    ++pending.received;
+  }
+  slot = *std::move(held);
   ApplyCompleteSteps();
   return absl::OkStatus();
 }
@@ -234,6 +293,24 @@ void Partition::WakeWaiters() {
     return true;
   });
   for (Waiter& w : ready) w.request->CompleteItem(w.slot, Snapshot(w.format));
+}
+
+std::string Partition::DescribeWait(uint64_t min_version) const {
+  const uint64_t now = version();
+  if (now >= min_version) return "";
+  if (config_.sync_mode == hetps::v1::SYNC_MODE_ASP) {
+    return absl::StrFormat("partition %d is at version %d, the pull wants %d (any worker's push)",
+                           config_.index, now, min_version);
+  }
+  std::vector<uint32_t> missing;
+  auto step = steps_.find(now);
+  for (uint32_t rank = 0; rank < config_.num_workers; ++rank) {
+    if (step == steps_.end() || step->second.gradients[rank].data == nullptr) {
+      missing.push_back(rank);
+    }
+  }
+  return absl::StrFormat("partition %d is at version %d: step %d waits for worker(s) %s",
+                         config_.index, now, now, DescribeRanks(missing));
 }
 
 void Partition::FailWaiters(const absl::Status& status) {

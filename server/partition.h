@@ -8,6 +8,14 @@
 // ASP: each push is applied on arrival; a push whose sequence number was already applied from
 // that worker is recognised as a retry and ignored (see ReplayWindow).
 //
+// Pushes carry the worker's run (incarnation): a retry is only ever a push of the same run. A
+// push is never answered OK unless it was applied, or was applied before:
+//   ABORTED             ASP: the sequence is 64 or more below the newest of that run (too old
+//                       to tell from a retry); nothing applied
+//   FAILED_PRECONDITION BSP: a run's first push is for a step already applied (the state of an
+//                       earlier run of the job, or a restarted worker behind the others)
+//   INVALID_ARGUMENT    ASP: sequence 0, or one more than 2^32 ahead of the newest
+//
 // Gradients may arrive as fp32, bf16 or fp16 and weights may leave in any of them; a pull's
 // 16-bit form is converted once per version and shared by every worker that asks for it.
 //
@@ -19,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -53,6 +62,10 @@ class Partition {
   // Updates of at least this many elements are spread over the kernel pool.
   static constexpr size_t kParallelElements = size_t{1} << 21;
 
+  // Memory a partition takes besides its tensor data, for a job of `num_workers` (what a shard
+  // reserves for it).
+  static uint64_t BookkeepingBytes(uint32_t num_workers);
+
   // `weights` holds the initial values (range.size floats). ResourceExhausted if the
   // optimizer state cannot be allocated.
   static absl::StatusOr<std::unique_ptr<Partition>> Create(const Config& config,
@@ -66,12 +79,20 @@ class Partition {
   uint64_t parameter_bytes() const { return config_.range.size * sizeof(float); }
   uint64_t state_bytes() const { return state_.size_bytes(); }
 
+  // Who sent a push.
+  struct PushOrigin {
+    uint32_t rank = 0;
+    uint64_t incarnation = 0;  // the worker's run
+    uint64_t step = 0;         // BSP
+    uint64_t sequence = 0;     // ASP
+  };
+
   // Owner thread only.
   //
-  // Takes worker `rank`'s gradient (num_elements() values in `format`). ResourceExhausted if
-  // it cannot be held; nothing changes then.
-  absl::Status Push(uint32_t rank, uint64_t step, uint64_t sequence, FloatFormat format,
-                    transport::Payload gradient);
+  // Takes a worker's gradient (num_elements() values in `format`). ResourceExhausted if it
+  // cannot be held, or one of the refusals above; nothing changes then.
+  // REQUIRES: origin.rank < num_workers.
+  absl::Status Push(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
   // Completes `slot` of `request` with the weights, in `format`, once version() >= min_version.
   void Pull(uint64_t min_version, FloatFormat format, std::shared_ptr<PendingRequest> request,
             size_t slot);
@@ -82,6 +103,9 @@ class Partition {
   // Sets the initial weights (num_elements() floats) if the partition still awaits them and no
   // step has been applied; otherwise does nothing (the first values win).
   void SetInitialValues(const transport::Payload& values);
+  // Why a pull of `min_version` still waits, e.g. "partition 3 is at version 5: step 5 waits
+  // for worker(s) 1, 2"; empty if it need not wait.
+  std::string DescribeWait(uint64_t min_version) const;
   // Fails every waiting pull with `status` (shutdown).
   void FailWaiters(const absl::Status& status);
 
@@ -99,6 +123,11 @@ class Partition {
     std::vector<HeldGradient> gradients;  // by rank
     uint32_t received = 0;
   };
+  // What this partition knows of one worker's current run.
+  struct WorkerRun {
+    uint64_t incarnation = 0;
+    ReplayWindow applied;  // ASP
+  };
   struct Waiter {
     uint64_t min_version;
     FloatFormat format;
@@ -113,6 +142,8 @@ class Partition {
 
   Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state);
 
+  absl::Status PushAsp(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
+  absl::Status PushBsp(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
   absl::StatusOr<HeldGradient> Hold(FloatFormat format, transport::Payload gradient);
   void Release(HeldGradient& gradient);
   // Runs the optimizer on the gradients (summed in the order given) and bumps the version.
@@ -133,7 +164,7 @@ class Partition {
   // The gradient list of the last applied step, cleared, for the next step to take over (a
   // step's list would otherwise be allocated and freed every step).
   std::vector<HeldGradient> spare_gradients_;
-  std::vector<ReplayWindow> applied_;         // ASP: by rank
+  std::vector<WorkerRun> runs_;               // by rank
   std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;
   WireCopy bf16_, fp16_;

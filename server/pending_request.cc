@@ -80,11 +80,13 @@ size_t PendingRequest::remaining() const {
   return remaining_;
 }
 
-void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait) {
+void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait,
+                                 Expiry on_expiry) {
   absl::MutexLock lock(&mu_);
   timers_ = timers;
   deadline_ = deadline;
   max_wait_ = max_wait;
+  on_expiry_ = std::move(on_expiry);
 }
 
 void PendingRequest::WaitsForVersion() {
@@ -93,12 +95,22 @@ void PendingRequest::WaitsForVersion() {
   const size_t total = items_.size();
   timer_ = timers_->Schedule(
       std::min(deadline_, absl::Now() + max_wait_), [weak = weak_from_this(), total] {
-        if (std::shared_ptr<PendingRequest> request = weak.lock()) {
-          request->Fail(absl::DeadlineExceededError(absl::StrFormat(
-              "%d of %d partitions did not reach the wanted version before the deadline "
-              "(is a worker missing?)",
-              request->remaining(), total)));
+        std::shared_ptr<PendingRequest> request = weak.lock();
+        if (request == nullptr) return;
+        Expiry on_expiry;
+        {
+          absl::MutexLock lock(&request->mu_);
+          on_expiry = std::move(request->on_expiry_);
+          request->on_expiry_ = nullptr;
         }
+        if (on_expiry) {
+          on_expiry(request);
+          return;
+        }
+        request->Fail(absl::DeadlineExceededError(absl::StrFormat(
+            "%d of %d partitions did not reach the wanted version before the deadline "
+            "(is a worker missing?)",
+            request->remaining(), total)));
       });
 }
 

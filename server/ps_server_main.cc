@@ -1,4 +1,5 @@
-// ps-server: runs one shard of a hetps cluster until SIGINT/SIGTERM (or --lifetime_s).
+// ps-server: runs one shard of a hetps cluster until SIGINT/SIGTERM (or --lifetime_s). SIGHUP
+// is logged and otherwise ignored.
 //
 //   ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4
 #include <pthread.h>
@@ -85,11 +86,28 @@ int main(int argc, char** argv) {
       "Runs one shard of a hetps parameter-server cluster.\n"
       "  ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4");
 
+  using hetps::RequireFlagInRange;
+  RequireFlagInRange("port", int64_t{absl::GetFlag(FLAGS_port)}, 0, 65535);
+  RequireFlagInRange("num_shards", uint64_t{absl::GetFlag(FLAGS_num_shards)}, 1, 1 << 16);
+  RequireFlagInRange("shard_index", uint64_t{absl::GetFlag(FLAGS_shard_index)}, 0,
+                     uint64_t{absl::GetFlag(FLAGS_num_shards)} - 1);
+  RequireFlagInRange("num_workers", uint64_t{absl::GetFlag(FLAGS_num_workers)}, 1, 1 << 20);
+  RequireFlagInRange("threads", int64_t{absl::GetFlag(FLAGS_threads)}, 0,
+                     hetps::server::ServerOptions::kMaxThreads);
+  RequireFlagInRange("max_message_bytes", absl::GetFlag(FLAGS_max_message_bytes), 1 << 20,
+                     (uint64_t{1} << 31) - 1);
+  RequireFlagInRange("max_pending_steps", uint64_t{absl::GetFlag(FLAGS_max_pending_steps)}, 1,
+                     1 << 16);
+  RequireFlagInRange("max_wait_s", absl::GetFlag(FLAGS_max_wait_s), 0.001, 1e7);
+  RequireFlagInRange("lifetime_s", absl::GetFlag(FLAGS_lifetime_s), 0, 1e9);
+
   // Signals are taken by sigtimedwait below, so every thread started from here blocks them.
+  // SIGHUP too: no library (UCX takes it for its debug mode) may act on it.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   hetps::server::ServerOptions options;
@@ -113,6 +131,11 @@ int main(int argc, char** argv) {
     hetps::LogError("ps-server: %s", server.status().ToString());
     return 1;
   }
+  // After the server started (UCX hands SIGHUP back then): a thread that a library started
+  // before main, and so does not block SIGHUP, must not die of it either.
+  struct sigaction ignore_hangup = {};
+  ignore_hangup.sa_handler = [](int) {};
+  sigaction(SIGHUP, &ignore_hangup, nullptr);
   const std::string address = (*server)->address();
   hetps::LogInfo("ps-server shard %d of %d for %d workers of job '%s' listening on %s (%s), %s",
                  options.shard_index, options.num_shards, options.num_workers, options.job_id,
@@ -132,6 +155,12 @@ int main(int argc, char** argv) {
   while (true) {
     const timespec tick = {1, 0};
     const int signal = sigtimedwait(&signals, nullptr, &tick);
+    if (signal == SIGHUP) {
+      // What daemons do on SIGHUP is reopen their logs; ours go to stderr, which the service
+      // manager owns, so there is nothing to do.
+      hetps::LogInfo("ps-server: SIGHUP: logs go to stderr, nothing to reopen; still serving");
+      continue;
+    }
     if (signal == SIGINT || signal == SIGTERM) {
       hetps::LogInfo("ps-server: signal %d, shutting down", signal);
       break;

@@ -1,11 +1,15 @@
 // ReplayWindow: recognises repeated sequence numbers from one sender whose messages may arrive
 // out of order (several threads pushing at once, a retry overtaken by newer pushes). Like
 // IPsec's anti-replay window, it remembers the highest number seen and which of the 64 below it
-// were seen.
+// were seen; what lies outside cannot be judged and is reported as such, never as a repeat.
 //
-//   if (window.IsNew(seq)) { apply(); window.Mark(seq); }
+//   switch (window.Judge(seq)) {
+//     case ReplayWindow::kNew: apply(); window.Mark(seq); break;
+//     case ReplayWindow::kSeen: break;  // a retry: already applied
+//     default: refuse();                // cannot tell: never acknowledge it as applied
+//   }
 //
-// Sequence 0 is never new. Not thread-safe.
+// Not thread-safe.
 #ifndef HETPS_SERVER_REPLAY_WINDOW_H_
 #define HETPS_SERVER_REPLAY_WINDOW_H_
 
@@ -16,17 +20,30 @@ namespace hetps::server {
 class ReplayWindow {
  public:
   static constexpr uint64_t kSize = 64;
+  // Largest step ahead of the highest number seen that is believed: a sender counts from 1 and
+  // never sends billions of messages in one burst, so a larger jump is a corrupt or forged
+  // number that would otherwise push every later one out of the window.
+  static constexpr uint64_t kMaxJump = uint64_t{1} << 32;
 
-  // False for a number seen before, and for one 64 or more below the highest seen (too old to
-  // be told from a repeat).
-  bool IsNew(uint64_t sequence) const {
-    if (sequence == 0) return false;
-    if (sequence > highest_) return true;
+  enum Verdict {
+    kNew,
+    kSeen,        // a repeat
+    kTooOld,      // 64 or more below the highest seen: cannot be told from a repeat
+    kTooFarAhead  // more than kMaxJump above the highest seen
+    // Sequence 0 is never valid: kTooOld.
+  };
+
+  Verdict Judge(uint64_t sequence) const {
+    if (sequence == 0) return kTooOld;
+    if (sequence > highest_) return sequence - highest_ > kMaxJump ? kTooFarAhead : kNew;
     const uint64_t age = highest_ - sequence;
-    return age < kSize && (seen_ & (uint64_t{1} << age)) == 0;
+    if (age >= kSize) return kTooOld;
+    return (seen_ & (uint64_t{1} << age)) == 0 ? kNew : kSeen;
   }
 
-  // REQUIRES: IsNew(sequence).
+  uint64_t highest() const { return highest_; }
+
+  // REQUIRES: Judge(sequence) == kNew.
   void Mark(uint64_t sequence) {
     if (sequence > highest_) {
       const uint64_t shift = sequence - highest_;

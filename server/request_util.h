@@ -2,12 +2,16 @@
 #ifndef HETPS_SERVER_REQUEST_UTIL_H_
 #define HETPS_SERVER_REQUEST_UTIL_H_
 
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/half.h"
 #include "proto/ps.pb.h"
 #include "transport/transport.h"
@@ -43,6 +47,23 @@ inline absl::StatusOr<FloatFormat> FormatOf(hetps::v1::DType dtype) {
     default:
       return absl::InvalidArgumentError(absl::StrCat("unsupported dtype ", dtype));
   }
+}
+
+// When a shard stops waiting for something a request waits on (other workers' pushes, a
+// barrier) whose caller gives up at `deadline`: a little before, so that the caller gets the
+// shard's explanation (who is missing) instead of its own "no response".
+inline absl::Time AnswerBy(absl::Time deadline, absl::Time now) {
+  if (deadline == absl::InfiniteFuture()) return deadline;
+  const absl::Duration margin = std::min(absl::Seconds(1), (deadline - now) / 10);
+  return deadline - std::max(margin, absl::ZeroDuration());
+}
+
+// "1, 3, 4" for a list of worker ranks, shortened for large jobs ("0, 1, ... 9 (40 in all)").
+inline std::string DescribeRanks(const std::vector<uint32_t>& ranks) {
+  constexpr size_t kShown = 10;
+  if (ranks.size() <= kShown) return absl::StrJoin(ranks, ", ");
+  return absl::StrCat(absl::StrJoin(ranks.begin(), ranks.begin() + kShown, ", "), ", ... (",
+                      ranks.size(), " in all)");
 }
 
 template <typename Message>

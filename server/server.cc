@@ -29,7 +29,10 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.max_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("max_wait must be positive");
   }
-  if (options.threads < 0) return absl::InvalidArgumentError("threads must be >= 0");
+  if (options.threads < 0 || options.threads > ServerOptions::kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrFormat("threads must be between 0 and %d, not %d",
+                                                      ServerOptions::kMaxThreads, options.threads));
+  }
   return absl::OkStatus();
 }
 

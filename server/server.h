@@ -63,8 +63,9 @@ struct ServerOptions {
 
   // --- Affects performance ---
 
-  // Threads that own partitions and apply updates (0: one per CPU).
+  // Threads that own partitions and apply updates (0: one per CPU; at most kMaxThreads).
   int threads = 0;
+  static constexpr int kMaxThreads = 1024;
 };
 
 class ShardServer {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
@@ -55,11 +56,13 @@ Shard::Shard(const ShardOptions& options)
     : options_(options),
       metrics_(std::make_shared<ShardMetrics>()),
       timers_(std::make_unique<TimerQueue>()),
-      barrier_(options.num_workers, timers_.get()) {
+      barrier_(options.num_workers, timers_.get()),
+      runs_(new std::atomic<uint64_t>[options.num_workers]()) {
   const int threads = std::max(1, options_.threads);
   for (int i = 0; i < threads; ++i) {
     owners_.push_back(std::make_unique<TaskThread>(absl::StrCat("shard-owner-", i)));
   }
+  declarer_ = std::make_unique<TaskThread>("shard-declare");
   // The owner that spreads an update works on it too: one pool thread fewer than CPUs wanted.
   if (threads > 1) kernels_ = std::make_unique<ThreadPool>(threads - 1, "shard-kernels");
 }
@@ -74,6 +77,7 @@ void Shard::Stop() {
   const absl::Status stopping =
       absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index));
   barrier_.FailAll(stopping);
+  declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     owners_[owner]->Post([this, owner, stopping] {
       table_.ForEach([&](const Tensor& tensor) {
@@ -137,6 +141,22 @@ absl::Status Shard::CheckRank(uint32_t rank) const {
   return absl::OkStatus();
 }
 
+absl::Status Shard::CheckRun(uint32_t rank, uint64_t incarnation) const {
+  HETPS_RETURN_IF_ERROR(CheckRank(rank));
+  if (incarnation == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("worker %d: the request names no run (incarnation)", rank));
+  }
+  uint64_t current = 0;
+  if (runs_[rank].compare_exchange_strong(current, incarnation) || current == incarnation) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "worker rank %d was taken over by another process (run %016x; this one is run %016x): "
+      "two processes started with rank %d, or this one was replaced after it stalled",
+      rank, current, incarnation, rank));
+}
+
 absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
   HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
   if (hello.protocol_version() != hetps::v1::PROTOCOL_VERSION_CURRENT) {
@@ -155,11 +175,22 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
         hello.world_size(), options_.num_workers));
   }
   HETPS_RETURN_IF_ERROR(CheckRank(hello.worker_rank()));
+  if (hello.incarnation() == 0) {
+    return absl::InvalidArgumentError("hello: the client names no run (incarnation)");
+  }
   if (hello.num_shards() != options_.num_shards || hello.shard_index() != options_.shard_index) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "client lists this server as shard %d of %d, but it is shard %d of %d "
         "(check the order of the server list)",
         hello.shard_index(), hello.num_shards(), options_.shard_index, options_.num_shards));
+  }
+  // A new run of this rank takes it over: requests of the one before are refused from now on.
+  const uint64_t previous = runs_[hello.worker_rank()].exchange(hello.incarnation());
+  if (previous != 0 && previous != hello.incarnation()) {
+    LogWarning(
+        "shard %d: worker %d is now run %016x, which replaces run %016x (a restart, or "
+        "two processes with one rank)",
+        options_.shard_index, hello.worker_rank(), hello.incarnation(), previous);
   }
   hetps::v1::HelloResponse response;
   response.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
@@ -173,6 +204,19 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
 }
 
 void Shard::Declare(transport::Request request, transport::ReplyCallback reply) {
+  // Creating a tensor allocates and fills it (seconds for gigabytes): on a thread of its own,
+  // so that the transport threads keep serving the other workers meanwhile.
+  auto once = std::make_shared<transport::ReplyCallback>(std::move(reply));
+  const bool posted = declarer_->Post([this, request = std::move(request), once]() mutable {
+    DeclareNow(std::move(request), std::move(*once));
+  });
+  if (!posted) {
+    (*once)(
+        absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+  }
+}
+
+void Shard::DeclareNow(transport::Request request, transport::ReplyCallback reply) {
   absl::StatusOr<hetps::v1::DeclareRequest> declare = CheckDeclaration(request);
   if (!declare.ok()) {
     reply(declare.status());
@@ -182,19 +226,12 @@ void Shard::Declare(transport::Request request, transport::ReplyCallback reply) 
   const Tensor* tensor = table_.Find(decl.key());
   bool created = false;
   if (tensor == nullptr) {
-    absl::StatusOr<uint64_t> reserved = ReserveMemory(decl);
-    if (!reserved.ok()) {
-      reply(reserved.status());
+    absl::StatusOr<std::pair<const Tensor*, bool>> inserted = CreateTensor(decl);
+    if (!inserted.ok()) {
+      reply(inserted.status());
       return;
     }
-    absl::StatusOr<std::unique_ptr<Tensor>> built = BuildTensor(decl);
-    if (!built.ok()) {
-      ReleaseMemory(*reserved);
-      reply(built.status());
-      return;
-    }
-    std::tie(tensor, created) = table_.Insert(*std::move(built));
-    if (!created) ReleaseMemory(*reserved);  // another worker's declaration came first
+    std::tie(tensor, created) = *inserted;
   }
   if (!created) {
     if (std::string mismatch = DescribeMismatch(tensor->decl, decl); !mismatch.empty()) {
@@ -288,11 +325,26 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(
   return ResolveItems(items, &values);
 }
 
-absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::TensorDecl& decl) {
+absl::StatusOr<std::pair<const Tensor*, bool>> Shard::CreateTensor(
+    const hetps::v1::TensorDecl& decl) {
   HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
                          PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
   HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                          CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
+  HETPS_ASSIGN_OR_RETURN(const uint64_t reserved, ReserveMemory(decl, layout, *optimizer));
+  absl::StatusOr<std::unique_ptr<Tensor>> built = BuildTensor(decl, layout, std::move(optimizer));
+  if (!built.ok()) {
+    ReleaseMemory(reserved);
+    return built.status();
+  }
+  std::pair<const Tensor*, bool> inserted = table_.Insert(*std::move(built));
+  if (!inserted.second) ReleaseMemory(reserved);  // another worker's declaration came first
+  return inserted;
+}
+
+absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::TensorDecl& decl,
+                                                           const PartitionLayout& layout,
+                                                           std::shared_ptr<Optimizer> optimizer) {
   auto tensor = std::make_unique<Tensor>(decl, layout);
   {
     absl::MutexLock lock(&tensor->schedule_mu);
@@ -300,8 +352,10 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   }
   tensor->optimizer = std::move(optimizer);
   tensor->partitions.resize(layout.num_partitions());
-  for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
-    if (ShardOfPartition(decl.key(), p, options_.num_shards) != options_.shard_index) continue;
+  const ShardShare share =
+      ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
+  for (uint32_t i = 0; i < share.partitions; ++i) {
+    const uint32_t p = share.first_partition + i * options_.num_shards;
     const PartitionRange range = layout.partition(p);
     HETPS_ASSIGN_OR_RETURN(AlignedBuffer weights, InitialWeights(decl.init(), range));
     Partition::Config config;
@@ -318,24 +372,28 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   return tensor;
 }
 
-absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl) {
-  HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
-                         PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
-  HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                         CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
-  uint64_t elements = 0;
-  for (uint32_t p = 0; p < layout.num_partitions(); ++p) {
-    if (ShardOfPartition(decl.key(), p, options_.num_shards) == options_.shard_index) {
-      elements += layout.partition(p).size;
-    }
-  }
-  // Weights, the optimizer's state and the buffer the step's gradients are summed into.
-  const uint64_t bytes = elements * sizeof(float) * (2 + optimizer->state_slots());
+absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
+                                              const PartitionLayout& layout,
+                                              const Optimizer& optimizer) {
+  const ShardShare share =
+      ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
+  // Weights, the optimizer's state and the buffer the step's gradients are summed into; each
+  // partition's own bookkeeping; the tensor's table of partitions. Values come from the wire:
+  // every product is checked, so that a huge one cannot wrap around to a small one.
+  uint64_t bytes = 0;
+  const bool overflow =
+      __builtin_mul_overflow(share.elements, sizeof(float) * (2 + optimizer.state_slots()),
+                             &bytes) ||
+      __builtin_add_overflow(
+          bytes, uint64_t{share.partitions} * Partition::BookkeepingBytes(options_.num_workers),
+          &bytes) ||
+      __builtin_add_overflow(bytes, uint64_t{layout.num_partitions()} * sizeof(void*), &bytes);
   absl::MutexLock lock(&memory_mu_);
-  if (bytes > options_.max_memory_bytes - reserved_bytes_) {
+  if (overflow || bytes > options_.max_memory_bytes - reserved_bytes_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "tensor '%s' needs %d bytes on shard %d, which holds %d of its %d (--max_memory_bytes)",
-        decl.name(), bytes, options_.shard_index, reserved_bytes_, options_.max_memory_bytes));
+        "tensor '%s' needs %s bytes on shard %d, which holds %d of its %d (--max_memory_bytes)",
+        decl.name(), overflow ? "more than 2^64" : absl::StrCat(bytes), options_.shard_index,
+        reserved_bytes_, options_.max_memory_bytes));
   }
   reserved_bytes_ += bytes;
   return bytes;
@@ -350,7 +408,7 @@ void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) 
   absl::StatusOr<hetps::v1::BarrierRequest> barrier =
       ParseHeader<hetps::v1::BarrierRequest>(request.header);
   absl::Status status = barrier.status();
-  if (status.ok()) status = CheckRank(barrier->worker_rank());
+  if (status.ok()) status = CheckRun(barrier->worker_rank(), barrier->incarnation());
   if (status.ok() && barrier->generation() == 0) {
     status = absl::InvalidArgumentError("barrier generations start at 1");
   }
@@ -358,7 +416,8 @@ void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) 
     reply(status);
     return;
   }
-  const absl::Time deadline = std::min(request.deadline, absl::Now() + options_.max_wait);
+  const absl::Time now = absl::Now();
+  const absl::Time deadline = std::min(AnswerBy(request.deadline, now), now + options_.max_wait);
   barrier_.Arrive(barrier->worker_rank(), barrier->generation(), deadline, std::move(reply));
 }
 
@@ -476,6 +535,7 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_payload_bytes_received(metrics_->payload_bytes_received.load());
   stats.set_payload_bytes_sent(metrics_->payload_bytes_sent.load());
   stats.set_failed_requests(metrics_->failed_requests.load());
+  stats.set_pushes_refused(metrics_->pushes_refused.load());
   return stats;
 }
 

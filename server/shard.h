@@ -65,10 +65,8 @@ class Shard final : public transport::RequestHandler {
   struct DataCall {
     bool push = false;
     bool pull = false;
-    uint32_t rank = 0;
-    uint64_t step = 0;
-    uint64_t sequence = 0;
-    uint64_t min_version = 0;  // pull only
+    Partition::PushOrigin origin;  // push: who sent it; pull: the rank
+    uint64_t min_version = 0;      // pull only
   };
   struct DataItem {
     Partition* partition = nullptr;
@@ -81,6 +79,7 @@ class Shard final : public transport::RequestHandler {
 
   absl::StatusOr<transport::Response> Hello(const transport::Request& request) const;
   void Declare(transport::Request request, transport::ReplyCallback reply);
+  void DeclareNow(transport::Request request, transport::ReplyCallback reply);
   absl::StatusOr<hetps::v1::DeclareRequest> CheckDeclaration(
       const transport::Request& request) const;
   // The partitions whose initial values a declaration carries, checked like a push.
@@ -91,8 +90,15 @@ class Shard final : public transport::RequestHandler {
   void SetOptimizer(transport::Request request, transport::ReplyCallback reply);
   absl::StatusOr<transport::Response> Echo(transport::Request request);
   void Data(transport::Request request, transport::ReplyCallback reply);
+  // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
+  // each owner thread of its items, since only the owner may read a partition's steps.
+  void ExplainWait(std::shared_ptr<PendingRequest> request,
+                   std::shared_ptr<const std::vector<DataItem>> items, const DataCall& call);
 
   absl::Status CheckRank(uint32_t rank) const;
+  // The rank's current run is `incarnation`: Hello sets it, the first request after a shard
+  // restart adopts it. FailedPrecondition for a run that another process took over.
+  absl::Status CheckRun(uint32_t rank, uint64_t incarnation) const;
   // Decodes and checks a push, pull or push-pull request.
   absl::StatusOr<std::vector<DataItem>> ParseDataRequest(const transport::Request& request,
                                                          DataCall* call) const;
@@ -100,9 +106,15 @@ class Shard final : public transport::RequestHandler {
   absl::StatusOr<std::vector<DataItem>> ResolveItems(
       const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
       const transport::Payload* gradients) const;
-  absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl);
+  // Builds and publishes a tensor not declared yet; the bool: whether it was this one (another
+  // worker's declaration may have come first).
+  absl::StatusOr<std::pair<const Tensor*, bool>> CreateTensor(const hetps::v1::TensorDecl& decl);
+  absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl,
+                                                      const PartitionLayout& layout,
+                                                      std::shared_ptr<Optimizer> optimizer);
   // Sets aside the memory a new tensor's partitions on this shard will take, or says why not.
-  absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl);
+  absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl,
+                                         const PartitionLayout& layout, const Optimizer& optimizer);
   void ReleaseMemory(uint64_t bytes);
 
   // Constant after construction.
@@ -113,12 +125,16 @@ class Shard final : public transport::RequestHandler {
   BarrierCoordinator barrier_;
   TensorTable table_;
   std::vector<std::unique_ptr<TaskThread>> owners_;
+  // Creates declared tensors, off the transport threads.
+  std::unique_ptr<TaskThread> declarer_;
   std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
   std::atomic<size_t> next_owner_{0};
   // Zero bytes that echo replies are cut from, grown to the largest size asked for.
   absl::Mutex zeros_mu_;
   std::shared_ptr<const std::vector<uint8_t>> zeros_ ABSL_GUARDED_BY(zeros_mu_);
   std::atomic<bool> stopped_{false};
+  // Each rank's current run (incarnation; 0: none seen yet).
+  const std::unique_ptr<std::atomic<uint64_t>[]> runs_;
   absl::Mutex memory_mu_;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 };

@@ -6,7 +6,10 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/reused_message.h"
 #include "server/request_util.h"
@@ -116,9 +119,9 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
     ReusedMessage<hetps::v1::PullRequest> pull;
     HETPS_RETURN_IF_ERROR(ParseHeaderInto(request.header, *pull));
     call->pull = true;
-    call->rank = pull->worker_rank();
+    call->origin.rank = pull->worker_rank();
     call->min_version = pull->min_version();
-    HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
+    HETPS_RETURN_IF_ERROR(CheckRank(call->origin.rank));
     if (!request.payload.empty()) return absl::InvalidArgumentError("a pull carries no payload");
     return ResolveItems(pull->items(), nullptr);
   }
@@ -126,21 +129,22 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
   HETPS_RETURN_IF_ERROR(ParseHeaderInto(request.header, *push));
   call->push = true;
   call->pull = request.method == hetps::v1::METHOD_PUSH_PULL;
-  call->rank = push->worker_rank();
-  call->step = push->step();
-  call->sequence = push->sequence();
-  HETPS_RETURN_IF_ERROR(CheckRank(call->rank));
+  call->origin.rank = push->worker_rank();
+  call->origin.incarnation = push->incarnation();
+  call->origin.step = push->step();
+  call->origin.sequence = push->sequence();
+  HETPS_RETURN_IF_ERROR(CheckRun(call->origin.rank, call->origin.incarnation));
   HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items,
                          ResolveItems(push->items(), &request.payload));
   for (const DataItem& item : items) {
     if (item.tensor->decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) continue;
     // Versions only grow, so a step accepted here is still within the window on the owner.
     const uint64_t version = item.partition->version();
-    if (call->step >= version + options_.max_pending_steps) {
+    if (call->origin.step >= version + options_.max_pending_steps) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "step %d of tensor '%s' is too far ahead: partition %d is at version %d and at most "
           "%d steps may be pending",
-          call->step, item.tensor->decl.name(), item.meta.partition(), version,
+          call->origin.step, item.tensor->decl.name(), item.meta.partition(), version,
           options_.max_pending_steps));
     }
   }
@@ -166,9 +170,6 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   auto pending =
       std::make_shared<PendingRequest>(std::move(metas), call.pull, std::move(reply), metrics_);
 
-  // A pull may wait for a later version; its deadline counts from when it has to.
-  if (call.pull) pending->SetDeadline(timers_.get(), request.deadline, options_.max_wait);
-
   // One task per owner thread, carrying that thread's items in request order. Requests name
   // a few partitions, so no allocation here for the common case.
   using Slots = absl::InlinedVector<size_t, 4>;
@@ -186,21 +187,32 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   // owner thread would cost more than the update itself.
   const bool run_here = elements * sizeof(float) <= kRunHereBytes;
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
+  // A pull may wait for a later version; its deadline counts from when it has to.
+  if (call.pull) {
+    pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
+                         [this, shared_items, call](std::shared_ptr<PendingRequest> expired) {
+                           ExplainWait(std::move(expired), shared_items, call);
+                         });
+  }
   for (auto& [owner, owner_slots] : by_owner) {
-    auto task = [pending, shared_items, call, slots = std::move(owner_slots)]() mutable {
+    auto task = [pending, shared_items, call, metrics = metrics_.get(),
+                 slots = std::move(owner_slots)]() mutable {
       for (size_t slot : slots) {
         DataItem& item = (*shared_items)[slot];
         if (call.push) {
-          absl::Status pushed = item.partition->Push(call.rank, call.step, call.sequence,
-                                                     item.format, std::move(item.gradient));
+          absl::Status pushed =
+              item.partition->Push(call.origin, item.format, std::move(item.gradient));
           if (!pushed.ok()) {
-            pending->Fail(pushed);
+            ShardMetrics::Add(metrics->pushes_refused, 1);
+            pending->Fail(absl::Status(
+                pushed.code(),
+                absl::StrFormat("tensor '%s', %s", item.tensor->decl.name(), pushed.message())));
             return;
           }
         }
         if (call.pull) {
           const uint64_t wanted =
-              call.push ? PushPullVersion(*item.tensor, call.step) : call.min_version;
+              call.push ? PushPullVersion(*item.tensor, call.origin.step) : call.min_version;
           item.partition->Pull(wanted, item.pull_format, pending, slot);
         } else {
           pending->CompleteItem(slot);
@@ -215,6 +227,63 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
           absl::StrFormat("shard %d is shutting down", options_.shard_index)));
       return;
     }
+  }
+}
+
+void Shard::ExplainWait(std::shared_ptr<PendingRequest> request,
+                        std::shared_ptr<const std::vector<DataItem>> items, const DataCall& call) {
+  struct Explanation {
+    absl::Mutex mu;
+    size_t owners_left ABSL_GUARDED_BY(mu) = 0;
+    std::vector<std::string> reasons ABSL_GUARDED_BY(mu);
+  };
+  auto explanation = std::make_shared<Explanation>();
+  std::vector<size_t> owners;
+  for (const DataItem& item : *items) {
+    if (std::find(owners.begin(), owners.end(), item.partition->owner()) == owners.end()) {
+      owners.push_back(item.partition->owner());
+    }
+  }
+  {
+    absl::MutexLock lock(&explanation->mu);
+    explanation->owners_left = owners.size();
+  }
+  // The last owner to report answers the request.
+  auto report = [this, request, explanation, rank = call.origin.rank,
+                 total = items->size()](std::vector<std::string> reasons) {
+    std::vector<std::string> all;
+    {
+      absl::MutexLock lock(&explanation->mu);
+      for (std::string& reason : reasons) explanation->reasons.push_back(std::move(reason));
+      if (--explanation->owners_left > 0) return;
+      all = std::move(explanation->reasons);
+    }
+    const std::string why =
+        all.empty() ? absl::StrFormat("%d of %d partitions did not reach the wanted version",
+                                      request->remaining(), total)
+                    : absl::StrJoin(all, "; ");
+    LogWarning("shard %d: a pull of worker %d ran out of time: %s", options_.shard_index, rank,
+               why);
+    request->Fail(absl::DeadlineExceededError(absl::StrFormat(
+        "shard %d waited until the deadline: %s (is a worker missing, or started with another "
+        "rank?)",
+        options_.shard_index, why)));
+  };
+  for (size_t owner : owners) {
+    auto describe = [items, call, owner, report]() mutable {
+      std::vector<std::string> reasons;
+      for (const DataItem& item : *items) {
+        if (item.partition->owner() != owner) continue;
+        const uint64_t wanted =
+            call.push ? PushPullVersion(*item.tensor, call.origin.step) : call.min_version;
+        std::string why = item.partition->DescribeWait(wanted);
+        if (!why.empty()) {
+          reasons.push_back(absl::StrFormat("tensor '%s', %s", item.tensor->decl.name(), why));
+        }
+      }
+      report(std::move(reasons));
+    };
+    if (!owners_[owner]->Post(absl::AnyInvocable<void()>(describe))) report({});
   }
 }
 

@@ -174,6 +174,20 @@ class Client {
   virtual absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) = 0;
 
   // Pushes the gradients of `step` (BSP: computed from the weights of version `step`).
+  //
+  // A push that ends OK was applied exactly once, however often it was sent. Each client is one
+  // run of its worker (a random id sent with every push), and a shard never answers OK for a
+  // gradient it did not apply. A push that ends with one of these errors was not applied:
+  //   Aborted             ASP: more than 64 later pushes of this worker to the same partition
+  //                       overtook it, so the shard cannot tell it from a retry. Push the
+  //                       gradient again (a new call, which gets a new sequence number) if it
+  //                       must count, or drop it as ASP allows.
+  //   FailedPrecondition  BSP: the step was already applied but not with this run's gradient.
+  //                       The shards hold the state of an earlier run of the job (restart them
+  //                       or use another job id), or this worker restarted behind the others
+  //                       (pull, then go on from the partitions' version). Also: another
+  //                       process took this worker's rank over (two processes with one rank).
+  // Other partitions of the same call may have been applied; pushing the call again is safe.
   virtual Operation Push(absl::Span<const PushItem> gradients, uint64_t step,
                          DoneCallback done = nullptr) = 0;
   // Pulls weights of at least version `min_version`, waiting for it if needed.

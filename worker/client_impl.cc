@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,13 +93,21 @@ absl::StatusOr<PartitionRun> SelectPartitions(const DeclaredTensor& tensor, Part
   return run;
 }
 
+// A random non-zero run id: two runs of one worker must not pick the same one.
+uint64_t NewIncarnation() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport)
       : options_(options),
         transport_(std::move(transport)),
         timers_(std::make_unique<TimerQueue>()),
-        next_sequence_(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 10) {}
+        incarnation_(NewIncarnation()) {}
 
   ~ClientImpl() override {
     Shutdown();
@@ -145,7 +154,9 @@ class ClientImpl final : public Client {
   const ClientOptions options_;
   const std::shared_ptr<transport::Transport> transport_;
   std::unique_ptr<TimerQueue> timers_;
-  std::atomic<uint64_t> next_sequence_;
+  // This run of the worker (see HelloRequest.incarnation); its pushes are numbered from 1.
+  const uint64_t incarnation_;
+  std::atomic<uint64_t> next_sequence_{1};
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -182,6 +193,7 @@ absl::Status ClientImpl::Connect() {
     hello.set_world_size(options_.world_size);
     hello.set_shard_index(shard);
     hello.set_num_shards(static_cast<uint32_t>(channels.size()));
+    hello.set_incarnation(incarnation_);
     headers.push_back(hello.SerializeAsString());
   }
   HETPS_ASSIGN_OR_RETURN(
@@ -382,6 +394,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       request->set_worker_rank(options_.rank);
       request->set_step(step_or_version);
       request->set_sequence(sequence);
+      request->set_incarnation(incarnation_);
       request->SerializeToString(&header);
     } else {
       ReusedMessage<hetps::v1::PullRequest> request;
@@ -444,6 +457,7 @@ absl::Status ClientImpl::Barrier() {
   const ChannelList& channels = *channel_list;
   hetps::v1::BarrierRequest request;
   request.set_worker_rank(options_.rank);
+  request.set_incarnation(incarnation_);
   {
     absl::MutexLock lock(&mu_);
     request.set_generation(barrier_generation_ + 1);

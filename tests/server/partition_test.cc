@@ -18,6 +18,8 @@ namespace {
 using transport::AsBytes;
 using transport::Payload;
 
+constexpr uint64_t kRun = 1;  // the pushing workers' incarnation
+
 class PartitionTest : public ::testing::Test {
  protected:
   std::unique_ptr<Partition> Make(hetps::v1::SyncMode mode, uint32_t workers, size_t n,
@@ -60,7 +62,9 @@ Payload Fragmented(const std::vector<T>& values, std::vector<std::string>* stora
   const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
   Payload payload;
   for (size_t offset = 0; offset < bytes.size(); offset += 7) {
-    storage->push_back(" " + bytes.substr(offset, 7));  // leading byte: misaligned
+    std::string piece(1, ' ');  // leading byte: misaligned
+    piece.append(bytes, offset, 7);
+    storage->push_back(std::move(piece));
   }
   for (const std::string& piece : *storage) {
     payload.Append(Payload::Borrow(
@@ -87,7 +91,8 @@ TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
     for (uint32_t rank : order) {
       std::vector<std::string> storage;
       ASSERT_TRUE(
-          partition->Push(rank, 0, 0, FloatFormat::kFp32, Fragmented(grads[rank], &storage)).ok());
+          partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, Fragmented(grads[rank], &storage))
+              .ok());
       EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
     }
     std::vector<float> result = Read(*partition);
@@ -111,15 +116,15 @@ TEST_F(PartitionTest, BspRetriesAreRecognised) {
   auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(
-      partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());  // a retry: not counted twice
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload)
+                  .ok());  // a retry: not counted twice
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
-  ASSERT_TRUE(
-      partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());  // late retry of an applied step
+  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload)
+                  .ok());  // late retry of an applied step
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
@@ -129,11 +134,11 @@ TEST_F(PartitionTest, BspStepsAheadWaitForTheirTurn) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   // Worker 0 runs ahead by a step; nothing is applied until step 0 is complete.
-  ASSERT_TRUE(partition->Push(0, 0, 0, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 1, 0, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push(1, 1, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 1, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({1, kRun, 1, 0}, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.4f);
 }
@@ -142,13 +147,13 @@ TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 10, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push(0, 0, 10, FloatFormat::kFp32, payload).ok());  // retry
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload).ok());  // retry
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(
-      partition->Push(1, 0, 3, FloatFormat::kFp32, payload).ok());  // another worker's own sequence
-  ASSERT_TRUE(partition->Push(0, 1, 11, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({1, kRun, 0, 3}, FloatFormat::kFp32, payload)
+                  .ok());  // another worker's own sequence
+  ASSERT_TRUE(partition->Push({0, kRun, 1, 11}, FloatFormat::kFp32, payload).ok());
   EXPECT_EQ(partition->version(), 3u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
 }
@@ -158,20 +163,92 @@ TEST_F(PartitionTest, AspPushesOvertakingEachOtherAreAllApplied) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push(0, 0, 12, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 11, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push(0, 0, 11, FloatFormat::kFp32, payload).ok());  // and a retry of it
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 12}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(
+      partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload).ok());  // and a retry of it
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
+}
+
+TEST_F(PartitionTest, AspPushTooOldToJudgeIsRefusedNotAcknowledged) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 0, "sgd", {{"lr", 1}});
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 100}, FloatFormat::kFp32, payload).ok());
+  absl::Status old = partition->Push({0, kRun, 0, 36}, FloatFormat::kFp32, payload);
+  EXPECT_EQ(old.code(), absl::StatusCode::kAborted) << old;
+  EXPECT_NE(old.message().find("too old"), absl::string_view::npos) << old;
+  EXPECT_EQ(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(partition->Push({0, kRun, 0, ~uint64_t{0}}, FloatFormat::kFp32, payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(partition->version(), 1u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -1.0f);
+  // The oldest still inside the window is applied.
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 37}, FloatFormat::kFp32, payload).ok());
+  EXPECT_EQ(partition->version(), 2u);
+}
+
+TEST_F(PartitionTest, AspNewRunOfAWorkerIsNotTakenForARetry) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 0, "sgd", {{"lr", 1}});
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 500}, FloatFormat::kFp32, payload).ok());
+  // The worker restarts and numbers its pushes from 1 again.
+  ASSERT_TRUE(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload).ok());
+  ASSERT_TRUE(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload).ok());  // retry
+  EXPECT_EQ(partition->version(), 3u);
+}
+
+TEST_F(PartitionTest, BspStepAppliedBeforeARunPushedItIsRefused) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
+  std::vector<float> g(16, 1.0f);
+  Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  }
+  ASSERT_EQ(partition->version(), 1u);
+  // Another run of worker 1 (the job started again) pushes step 0: not a retry.
+  absl::Status again = partition->Push({1, kRun + 1, 0, 0}, FloatFormat::kFp32, payload);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  EXPECT_NE(again.message().find("earlier run"), absl::string_view::npos) << again;
+  EXPECT_EQ(partition->version(), 1u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
+  // The first run's retry is still recognised.
+  EXPECT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+}
+
+TEST_F(PartitionTest, BspNewRunReplacesTheGradientItsPredecessorLeft) {
+  auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16, 0, "sgd", {{"lr", 1}});
+  std::vector<float> stale(16, 100.0f), fresh(16, 1.0f);
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(stale))))
+                  .ok());
+  // Worker 0 crashed before the step completed; its next run pushes the same step.
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun + 1, 0, 0}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh))))
+                  .ok());
+  EXPECT_EQ(partition->version(), 0u);
+  ASSERT_TRUE(partition
+                  ->Push({1, kRun, 0, 0}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh))))
+                  .ok());
+  EXPECT_EQ(partition->version(), 1u);
+  EXPECT_FLOAT_EQ(Read(*partition)[0], -2.0f);
 }
 
 TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
   WeightsSnapshot before = partition->Snapshot(FloatFormat::kFp32);
   std::vector<float> g(16, 10.0f);
-  ASSERT_TRUE(
-      partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-          .ok());
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+                  .ok());
   EXPECT_EQ(before.version, 0u);
   EXPECT_EQ(Floats(before)[0], 5.0f);  // copy-on-write kept the sent buffer intact
   EXPECT_EQ(Read(*partition)[0], 4.0f);
@@ -187,12 +264,13 @@ TEST_F(PartitionTest, SixteenBitGradientsAreWidenedExactly) {
     fp16[i] = Fp32ToFp16(b);
     expected[i] = Bf16ToFp32(bf16[i]) + Fp16ToFp32(fp16[i]);
   }
-  ASSERT_TRUE(
-      partition
-          ->Push(0, 0, 0, FloatFormat::kBf16, Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16))))
-          .ok());
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun, 0, 0}, FloatFormat::kBf16,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16))))
+                  .ok());
   std::vector<std::string> storage;  // fp16 arriving in unaligned fragments
-  ASSERT_TRUE(partition->Push(1, 0, 0, FloatFormat::kFp16, Fragmented(fp16, &storage)).ok());
+  ASSERT_TRUE(
+      partition->Push({1, kRun, 0, 0}, FloatFormat::kFp16, Fragmented(fp16, &storage)).ok());
   EXPECT_EQ(Read(*partition), expected);
 }
 
@@ -206,9 +284,10 @@ TEST_F(PartitionTest, SixteenBitPullsAreConvertedOncePerVersion) {
   first.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
   EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f));
   std::vector<float> g(32, 1.0f);
-  ASSERT_TRUE(
-      partition->Push(0, 0, 1, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-          .ok());
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+                  .ok());
   WeightsSnapshot later = partition->Snapshot(FloatFormat::kBf16);
   EXPECT_EQ(later.version, 1u);
   later.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
@@ -224,7 +303,7 @@ TEST_F(PartitionTest, RescheduledHyperparametersApplyFromTheirVersion) {
   std::shared_ptr<const Optimizer> slower = *CreateOptimizer("sgd", {{"lr", 0.25}});
   ASSERT_TRUE(partition->Reschedule(2, slower).ok());
   for (uint64_t step = 0; step < 4; ++step) {
-    ASSERT_TRUE(partition->Push(0, step, 0, FloatFormat::kFp32, payload).ok());
+    ASSERT_TRUE(partition->Push({0, kRun, step, 0}, FloatFormat::kFp32, payload).ok());
   }
   EXPECT_FLOAT_EQ(Read(*partition)[0], -1 - 1 - 0.25f - 0.25f);
   EXPECT_EQ(partition->Reschedule(3, slower).code(), absl::StatusCode::kFailedPrecondition);
@@ -240,8 +319,8 @@ TEST_F(PartitionTest, LargeUpdatesSpreadOverThePoolGiveTheSameBits) {
   auto spread = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}}, &pool);
   auto single = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}});
   for (uint64_t sequence = 1; sequence <= 3; ++sequence) {
-    ASSERT_TRUE(spread->Push(0, 0, sequence, FloatFormat::kFp32, payload).ok());
-    ASSERT_TRUE(single->Push(0, 0, sequence, FloatFormat::kFp32, payload).ok());
+    ASSERT_TRUE(spread->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload).ok());
+    ASSERT_TRUE(single->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload).ok());
   }
   const std::vector<float> a = Read(*spread), b = Read(*single);
   ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)));
@@ -263,9 +342,10 @@ TEST_F(PartitionTest, PullWaitsForTheVersion) {
   partition->Pull(1, FloatFormat::kFp32, request, 0);
   EXPECT_FALSE(replied.HasBeenNotified());
   std::vector<float> g(16, 1.0f);
-  ASSERT_TRUE(
-      partition->Push(0, 0, 0, FloatFormat::kFp32, Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-          .ok());
+  ASSERT_TRUE(partition
+                  ->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
+                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
+                  .ok());
   ASSERT_TRUE(replied.HasBeenNotified());
   ASSERT_TRUE(result.ok());
   hetps::v1::PullResponse response;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/partitioning.h"
@@ -99,14 +100,67 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     return item;
   }
 
+  // The run (incarnation) the test's workers push as.
+  static uint64_t RunOf(uint32_t rank) { return 100 + rank; }
+
   hetps::v1::PushRequest Push(std::vector<hetps::v1::PartitionItem> items, uint64_t step = 0,
-                              uint32_t rank = 0) const {
+                              uint32_t rank = 0, uint64_t sequence = 1) const {
     hetps::v1::PushRequest request;
     request.set_worker_rank(rank);
     request.set_step(step);
-    request.set_sequence(1);
+    request.set_sequence(sequence);
+    request.set_incarnation(RunOf(rank));
     for (auto& item : items) *request.add_items() = item;
     return request;
+  }
+
+  hetps::v1::HelloRequest Hello(uint32_t rank, uint64_t incarnation) const {
+    hetps::v1::HelloRequest hello;
+    hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+    hello.set_job_id("hetps");
+    hello.set_world_size(2);
+    hello.set_worker_rank(rank);
+    hello.set_shard_index(0);
+    hello.set_num_shards(2);
+    hello.set_incarnation(incarnation);
+    return hello;
+  }
+
+  // Declares an ASP tensor of one partition on shard 0 (sgd, lr 1, initial value 0), named
+  // `prefix` and a number.
+  hetps::v1::PartitionItem DeclareAspPartition(const std::string& prefix) {
+    std::string name;
+    for (int i = 0; name.empty() || ShardOfPartition(TensorKeyFromName(name), 0, 2) != 0; ++i) {
+      name = prefix + std::to_string(i);
+    }
+    hetps::v1::TensorDecl decl = Decl();
+    decl.set_name(name);
+    decl.set_key(TensorKeyFromName(name));
+    decl.set_sync_mode(hetps::v1::SYNC_MODE_ASP);
+    decl.set_num_elements(16);
+    decl.set_partition_elements(16);
+    decl.mutable_init()->set_a(0);
+    (*decl.mutable_optimizer()->mutable_params())["lr"] = 1;
+    EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)).ok());
+    hetps::v1::PartitionItem item = Item(0, 16 * sizeof(float));
+    item.set_tensor_key(decl.key());
+    return item;
+  }
+
+  // The first weight and the version of one partition.
+  std::pair<float, uint64_t> Read(const hetps::v1::PartitionItem& item) {
+    hetps::v1::PullRequest pull;
+    hetps::v1::PartitionItem wanted = item;
+    wanted.set_num_bytes(0);
+    *pull.add_items() = wanted;
+    absl::StatusOr<transport::Response> pulled = Call(hetps::v1::METHOD_PULL, pull);
+    EXPECT_TRUE(pulled.ok()) << pulled.status();
+    if (!pulled.ok()) return {0, 0};
+    hetps::v1::PullResponse header;
+    EXPECT_TRUE(header.ParseFromString(pulled->header));
+    float first = 0;
+    pulled->payload.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&first), 4));
+    return {first, header.items(0).version()};
   }
 
   Payload Gradient(uint64_t bytes) {
@@ -138,13 +192,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(ShardTest, HelloChecksVersionJobWorldSizeAndPlace) {
-  hetps::v1::HelloRequest hello;
-  hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
-  hello.set_job_id("hetps");
-  hello.set_world_size(2);
-  hello.set_worker_rank(1);
-  hello.set_shard_index(0);
-  hello.set_num_shards(2);
+  hetps::v1::HelloRequest hello = Hello(1, RunOf(1));
   absl::StatusOr<transport::Response> ok = Call(hetps::v1::METHOD_HELLO, hello);
   ASSERT_TRUE(ok.ok()) << ok.status();
   hetps::v1::HelloResponse response;
@@ -173,6 +221,141 @@ TEST_P(ShardTest, HelloChecksVersionJobWorldSizeAndPlace) {
   bad = hello;
   bad.set_worker_rank(2);
   expect(bad, absl::StatusCode::kInvalidArgument, "rank 2");
+  bad = hello;
+  bad.set_incarnation(0);
+  expect(bad, absl::StatusCode::kInvalidArgument, "incarnation");
+}
+
+TEST_P(ShardTest, AProcessThatTookARankOverMakesTheOtherOnesRequestsFail) {
+  const uint32_t p = mine_[0];
+  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(1, RunOf(1))).ok());
+  // A second process starts with rank 1: its Hello takes the rank over.
+  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(1, 555)).ok());
+  absl::Status stale = Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, 1),
+                            Gradient(PartitionBytes(p)))
+                           .status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_NE(stale.message().find("taken over"), absl::string_view::npos) << stale;
+  hetps::v1::BarrierRequest barrier;
+  barrier.set_worker_rank(1);
+  barrier.set_generation(1);
+  barrier.set_incarnation(RunOf(1));
+  EXPECT_EQ(Call(hetps::v1::METHOD_BARRIER, barrier).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  barrier.set_incarnation(0);
+  EXPECT_EQ(Call(hetps::v1::METHOD_BARRIER, barrier).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  hetps::v1::PushRequest unnamed = Push({Item(p, PartitionBytes(p))}, 0, 1);
+  unnamed.set_incarnation(0);
+  EXPECT_EQ(Call(hetps::v1::METHOD_PUSH, unnamed, Gradient(PartitionBytes(p))).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ExpectUnchanged();
+  // The new process's own pushes are taken.
+  hetps::v1::PushRequest current = Push({Item(p, PartitionBytes(p))}, 0, 1);
+  current.set_incarnation(555);
+  EXPECT_TRUE(Call(hetps::v1::METHOD_PUSH, current, Gradient(PartitionBytes(p))).ok());
+}
+
+TEST_P(ShardTest, ASecondRunOfTheJobIsToldTheShardHoldsAnEarlierRunsState) {
+  const uint32_t p = mine_[0];
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, rank),
+                     Gradient(PartitionBytes(p)))
+                    .ok());
+  }
+  const hetps::v1::PartitionItem item = Item(p, PartitionBytes(p));
+  const std::pair<float, uint64_t> trained = Read(item);
+  ASSERT_EQ(trained.second, 1u);
+  // The same job started again: new runs, counting steps from 0 again.
+  const uint64_t refused_before = cluster_->shard(0).Stats().pushes_refused();
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(rank, 900 + rank)).ok());
+    hetps::v1::PushRequest again = Push({item}, 0, rank);
+    again.set_incarnation(900 + rank);
+    absl::Status status = Call(hetps::v1::METHOD_PUSH, again, Gradient(PartitionBytes(p))).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("earlier run"), absl::string_view::npos) << status;
+    EXPECT_NE(status.message().find("tensor 't'"), absl::string_view::npos) << status;
+  }
+  EXPECT_EQ(Read(item), trained);
+  EXPECT_EQ(cluster_->shard(0).Stats().pushes_refused(), refused_before + 2);
+}
+
+TEST_P(ShardTest, AspPushesOvertakingEachOtherAreAppliedOrRefusedNeverDropped) {
+  const hetps::v1::PartitionItem item = DeclareAspPartition("overtaken");
+  // 200 pushes in flight at once from one worker to one partition, in reverse sequence order:
+  // every push more than 64 below the newest to arrive cannot be told from a retry.
+  constexpr int kPushes = 200;
+  std::vector<float> ones(16, 1.0f);
+  absl::Mutex mu;
+  int answered = 0, ok = 0, aborted = 0;
+  std::vector<absl::Status> others;
+  const uint64_t refused_before = cluster_->shard(0).Stats().pushes_refused();
+  for (int i = 0; i < kPushes; ++i) {
+    transport::Request request;
+    request.method = hetps::v1::METHOD_PUSH;
+    request.header = Push({item}, 0, 0, /*sequence=*/kPushes - i).SerializeAsString();
+    request.payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(ones)));
+    request.deadline = absl::Now() + absl::Seconds(20);
+    shard0_->Call(std::move(request), [&](absl::StatusOr<transport::Response> result) {
+      absl::MutexLock lock(&mu);
+      ++answered;
+      if (result.ok()) {
+        ++ok;
+      } else if (result.status().code() == absl::StatusCode::kAborted) {
+        ++aborted;
+      } else {
+        others.push_back(result.status());
+      }
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == kPushes; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(30)));
+    EXPECT_TRUE(others.empty()) << others[0];
+    EXPECT_GT(aborted, 0);  // the order above makes some too old
+  }
+  // Every push answered OK was applied, once; none answered with an error was.
+  const std::pair<float, uint64_t> now = Read(item);
+  EXPECT_EQ(now.second, static_cast<uint64_t>(ok));
+  EXPECT_FLOAT_EQ(now.first, -static_cast<float>(ok));
+  EXPECT_EQ(cluster_->shard(0).Stats().pushes_refused(), refused_before + aborted);
+  // The retries of the applied ones are recognised; a refused one sent again as a new push counts.
+  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes),
+                   Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
+                  .ok());
+  EXPECT_EQ(Read(item).second, static_cast<uint64_t>(ok));
+  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes + 1),
+                   Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
+                  .ok());
+  EXPECT_EQ(Read(item).second, static_cast<uint64_t>(ok) + 1);
+}
+
+TEST_P(ShardTest, AspSequencesFromTheWireAreChecked) {
+  const hetps::v1::PartitionItem item = DeclareAspPartition("sequenced");
+  std::vector<float> ones(16, 1.0f);
+  auto push = [&](uint64_t sequence) {
+    return Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, sequence),
+                Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
+        .status();
+  };
+  EXPECT_EQ(push(0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(push(~uint64_t{0}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(push((uint64_t{1} << 32) + 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Read(item), std::make_pair(0.0f, uint64_t{0}));
+  // The forged numbers did not move the window: the worker's real pushes are applied.
+  ASSERT_TRUE(push(1).ok());
+  ASSERT_TRUE(push(2).ok());
+  EXPECT_EQ(Read(item), std::make_pair(-2.0f, uint64_t{2}));
+  // A new run of the worker counts from 1 again, and is not taken for a retry.
+  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(0, 4242)).ok());
+  hetps::v1::PushRequest next_run = Push({item}, 0, 0, 1);
+  next_run.set_incarnation(4242);
+  ASSERT_TRUE(
+      Call(hetps::v1::METHOD_PUSH, next_run, Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
+          .ok());
+  EXPECT_EQ(Read(item), std::make_pair(-3.0f, uint64_t{3}));
 }
 
 TEST_P(ShardTest, BadDeclarationsAreRefused) {
@@ -236,6 +419,37 @@ TEST_P(ShardTest, BadDeclarationsAreRefused) {
   EXPECT_EQ(response.owned_partitions(), mine_.size());
   ExpectUnchanged();
   EXPECT_EQ(cluster_->shard(0).Stats().num_tensors(), 1u);
+}
+
+// Sizes from the wire are checked by arithmetic before anything is allocated or visited: a
+// reservation that would wrap around 64 bits, or billions of tiny partitions, are refused at
+// once and the shard keeps serving.
+TEST_P(ShardTest, HostileDeclarationSizesAreRefusedByArithmetic) {
+  hetps::v1::TensorDecl huge = Decl();
+  huge.set_name("huge");
+  huge.set_key(TensorKeyFromName("huge"));
+  huge.set_num_elements(uint64_t{1} << 62);  // x 4 bytes x 4 (adam) wraps to 0
+  huge.set_partition_elements(uint64_t{1} << 40);
+  huge.mutable_optimizer()->set_name("adam");
+  huge.mutable_optimizer()->clear_params();
+  absl::Status status = Call(hetps::v1::METHOD_DECLARE, DeclareOf(huge)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("more than 2^64"), absl::string_view::npos) << status;
+
+  hetps::v1::TensorDecl tiny = Decl();
+  tiny.set_name("tiny");
+  tiny.set_key(TensorKeyFromName("tiny"));
+  tiny.set_partition_elements(16);
+  tiny.set_num_elements(uint64_t{16} * ((uint64_t{1} << 32) - 1));  // 4 billion partitions
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 2; ++i) {
+    status = Call(hetps::v1::METHOD_DECLARE, DeclareOf(tiny)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  }
+  // Visiting the partitions took tens of seconds per declaration.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(cluster_->shard(0).Stats().num_tensors(), 1u);
+  ExpectUnchanged();
 }
 
 TEST_P(ShardTest, BadPushesAreRefusedWithSpecificCodes) {

@@ -16,6 +16,10 @@
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/inproc/inproc_transport.h"
+#ifdef HETPS_HAVE_UCX
+#include "transport/ucx/ucx_client.h"
+#include "transport/ucx/ucx_transport.h"
+#endif
 
 namespace hetps::transport {
 namespace {
@@ -441,6 +445,45 @@ TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
   EXPECT_NE(outcome.message().find("does not serve UCX"), absl::string_view::npos) << outcome;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   (*grpc_only)->Shutdown();
+}
+
+// A client worker that UCX cannot create (here: a transport name UCX does not know) fails the
+// connection, and leaves nothing behind that a later Drive() would touch.
+TEST(UcxTransportTest, AFailedClientWorkerLeavesNoHoleForDrive) {
+  UcxOptions options;
+  options.tls = "no_such_ucx_transport";
+  std::shared_ptr<Transport> ucx = NewUcxTransport(options);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto connection = ucx->Connect("127.0.0.1:1", absl::Now() + absl::Seconds(5));
+    ASSERT_FALSE(connection.ok());
+    EXPECT_FALSE(ucx->Drive([] { return false; }));
+  }
+}
+
+// Calls that end at their deadline without a reply take their response sinks with them.
+TEST(UcxTransportTest, CallsThatExpireLeaveNoResponseSinkBehind) {
+  TestHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
+  auto listener = ucx->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  auto* ucx_connection = dynamic_cast<ucx_internal::UcxConnection*>(connection->get());
+  ASSERT_NE(ucx_connection, nullptr);
+  std::vector<uint8_t> memory(4096);
+  for (int i = 0; i < 20; ++i) {
+    Request request = MakeRequest(kNeverReply, "", absl::Milliseconds(50));
+    request.response_sink.emplace_back(memory.data(), memory.size());
+    absl::Status status = CallAndWait(**connection, std::move(request)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (ucx_connection->HeldSinksForTesting() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(ucx_connection->HeldSinksForTesting(), 0u);
+  (*connection)->Shutdown();
+  (*listener)->Shutdown();
 }
 #endif
 

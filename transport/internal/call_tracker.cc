@@ -136,6 +136,11 @@ size_t CallTracker::outstanding() const {
   return state_->calls.size();
 }
 
+bool CallTracker::IsOutstanding(uint64_t id) const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->calls.contains(id);
+}
+
 void CallTracker::OnExpiry(std::function<void()> expired) {
   absl::MutexLock lock(&state_->mu);
   state_->on_expiry = std::move(expired);

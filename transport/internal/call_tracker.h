@@ -50,6 +50,7 @@ class CallTracker {
   // transport may then check whether the peer is still there).
   void OnExpiry(std::function<void()> expired);
   size_t outstanding() const;
+  bool IsOutstanding(uint64_t id) const;
 
  private:
   struct State;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -80,6 +81,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   void OnProbe(absl::StatusOr<Response> response);
   void Connected(const std::string& server_address, uint64_t id);
   void Fail(const absl::Status& status);
+  // Forgets the sinks of calls that ended without a response (at their deadlines): the caller
+  // may have freed that memory, and the map must not grow with every lost reply.
+  void DropSinksOfEndedCalls();
   ucs_status_t OnResponse(const UcxFrame& frame, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
   void FinishReceive(uint64_t call, ucs_status_t status);
@@ -233,6 +237,10 @@ void ClientCore::Fail(const absl::Status& status) {
   tracker->FailAll(status);
 }
 
+void ClientCore::DropSinksOfEndedCalls() {
+  absl::erase_if(sinks, [this](const auto& entry) { return !tracker->IsOutstanding(entry.first); });
+}
+
 ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t length,
                                     const ucp_am_recv_param_t* param) {
   const uint64_t call = frame.call_id;
@@ -362,9 +370,13 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   core->timers = timers;
   core->max_message_bytes = max_message_bytes;
   core->tracker = std::make_shared<internal::CallTracker>(timers, address);
-  // A call that runs out of time may mean the server is gone or restarted: check.
+  // A call that runs out of time may mean the server is gone or restarted: check. Its sink
+  // goes too.
   core->tracker->OnExpiry([weak = std::weak_ptr<ClientCore>(core)] {
-    if (std::shared_ptr<ClientCore> alive = weak.lock()) alive->Probe();
+    std::shared_ptr<ClientCore> alive = weak.lock();
+    if (alive == nullptr) return;
+    alive->Probe();
+    alive->worker->Post([alive] { alive->DropSinksOfEndedCalls(); });
   });
   HETPS_ASSIGN_OR_RETURN(core->bootstrap, grpc->Connect(address, deadline));
   std::unique_ptr<UcxConnection> connection(new UcxConnection(core));
@@ -384,6 +396,19 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
 }
 
 UcxConnection::~UcxConnection() { Shutdown(); }
+
+size_t UcxConnection::HeldSinksForTesting() {
+  auto held = std::make_shared<std::atomic<size_t>>(0);
+  auto counted = std::make_shared<absl::Notification>();
+  if (!core_->worker->Post([core = core_, held, counted] {
+        held->store(core->sinks.size());
+        counted->Notify();
+      })) {
+    return 0;
+  }
+  counted->WaitForNotificationWithTimeout(absl::Seconds(10));
+  return held->load();
+}
 
 const std::string& UcxConnection::address() const { return core_->address; }
 

@@ -41,6 +41,9 @@ class UcxConnection final : public Connection {
   void Shutdown() override;
   const std::string& address() const override;
 
+  // Response sinks held for calls not answered yet (tests: none may outlive its call).
+  size_t HeldSinksForTesting();
+
  private:
   explicit UcxConnection(std::shared_ptr<ClientCore> core) : core_(std::move(core)) {}
 

@@ -92,11 +92,13 @@ class UcxTransport final : public Transport {
   absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address) {
     const UcxOptions options = Resolve(options_, address);
     absl::MutexLock lock(&mu_);
-    auto& worker = client_workers_[options.net_devices];
-    if (worker == nullptr) {
-      HETPS_ASSIGN_OR_RETURN(worker, ucx_internal::ClientWorker::Create(options));
+    if (auto it = client_workers_.find(options.net_devices); it != client_workers_.end()) {
+      return it->second.get();
     }
-    return worker.get();
+    // Only a worker that exists goes into the map: Drive() uses every entry.
+    HETPS_ASSIGN_OR_RETURN(std::unique_ptr<ucx_internal::ClientWorker> worker,
+                           ucx_internal::ClientWorker::Create(options));
+    return client_workers_.emplace(options.net_devices, std::move(worker)).first->second.get();
   }
 
   const UcxOptions options_;

@@ -2,14 +2,17 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <ucs/debug/debug.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -90,6 +93,10 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   status = ucp_init(&params, config, &w->context_);
   ucp_config_release(config);
   if (status != UCS_OK) return UcxError("ucp_init", status);
+  // UCX takes SIGHUP for its debug mode (UCX_DEBUG_SIGNO); the process's signals belong to the
+  // program that embeds us, so the handler that was there before goes back.
+  static std::once_flag give_back_sighup;
+  std::call_once(give_back_sighup, [] { ucs_debug_disable_signal(SIGHUP); });
 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

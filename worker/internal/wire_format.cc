@@ -95,6 +95,7 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
   stats.payload_bytes_received = proto.payload_bytes_received();
   stats.payload_bytes_sent = proto.payload_bytes_sent();
   stats.failed_requests = proto.failed_requests();
+  stats.pushes_refused = proto.pushes_refused();
   stats.min_version = proto.min_version();
   stats.max_version = proto.max_version();
   return stats;

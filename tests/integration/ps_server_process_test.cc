@@ -1,0 +1,138 @@
+// ps-server as an operator meets it: flags checked with messages that name them, --help, SIGHUP,
+// and a training job run twice against the same shards.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
+
+namespace hetps {
+namespace {
+
+using testing::BinaryPath;
+using testing::LocalCluster;
+using testing::ReadFile;
+using testing::ScopedTempDir;
+using testing::Subprocess;
+
+struct ServerRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+ServerRun RunServer(const std::vector<std::string>& args,
+                    const std::vector<std::string>& env = {}) {
+  ScopedTempDir dir;
+  std::vector<std::string> argv = {BinaryPath("server/ps-server")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string log = dir.path() + "/out";
+  Subprocess server(argv, log, env);
+  std::optional<int> code = server.Wait(absl::Seconds(30));
+  return ServerRun{code.value_or(-1), ReadFile(log)};
+}
+
+TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
+  const struct {
+    std::vector<std::string> args;
+    std::string says;
+    int exit_code = 2;
+  } cases[] = {
+      {{"--port=70000"}, "--port must be between 0 and 65535, not 70000"},
+      {{"--port=65536"}, "--port must be between 0 and 65535"},
+      {{"--port=-1"}, "--port must be"},
+      {{"--threads=100000"}, "--threads must be between 0 and 1024"},
+      {{"--lifetime_s=-1"}, "--lifetime_s must be"},
+      {{"--lifetime_s=nan"}, "--lifetime_s must be"},
+      {{"--max_wait_s=0"}, "--max_wait_s must be"},
+      {{"--num_shards=0"}, "--num_shards must be"},
+      {{"--num_shards=2", "--shard_index=2"}, "--shard_index must be between 0 and 1"},
+      {{"--num_workers=0"}, "--num_workers must be"},
+      {{"--max_message_bytes=10"}, "--max_message_bytes must be"},
+      {{"--max_pending_steps=0"}, "--max_pending_steps must be"},
+      {{"--lifetime_s=1", "stray"}, "unexpected argument 'stray'"},
+      // absl's own parse errors exit with status 1.
+      {{"--no_such_flag=1"}, "Unknown command line flag 'no_such_flag'", 1},
+      {{"--port=abc"}, "Illegal value 'abc' specified for flag 'port'", 1},
+  };
+  for (const auto& c : cases) {
+    const ServerRun run = RunServer(c.args);
+    EXPECT_EQ(run.exit_code, c.exit_code) << absl::StrJoin(c.args, " ") << ": " << run.output;
+    EXPECT_TRUE(absl::StrContains(run.output, c.says)) << run.output;
+  }
+}
+
+TEST(PsServerFlagsTest, UnknownEnvironmentValuesAreRefused) {
+  ServerRun run = RunServer({"--lifetime_s=0.1"}, {"HETPS_LOG_LEVEL=verbose"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "HETPS_LOG_LEVEL=verbose")) << run.output;
+  run = RunServer({"--lifetime_s=0.1"}, {"HETPS_SIMD=sse9"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "HETPS_SIMD=sse9")) << run.output;
+  run = RunServer({"--lifetime_s=0.1"}, {"HETPS_LOG_LEVEL=warning", "HETPS_SIMD=baseline"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+}
+
+TEST(PsServerFlagsTest, HelpDocumentsEveryFlagAndExitsZero) {
+  const ServerRun run = RunServer({"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* flag : {"--host", "--port ", "--port_file", "--shard_index", "--num_shards",
+                           "--num_workers", "--job_id", "--threads", "--max_message_bytes",
+                           "--max_pending_steps", "--max_wait_s", "--max_memory_bytes",
+                           "--lifetime_s", "--transport", "--ucx_net_devices", "--ucx_busy_poll"}) {
+    EXPECT_TRUE(absl::StrContains(run.output, flag)) << flag << " is not in --help:\n"
+                                                     << run.output;
+  }
+}
+
+// SIGHUP is what an operator sends to make a daemon reopen its logs; UCX would otherwise take
+// it for its debug mode, and the default action ends the process.
+TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
+  for (const std::string transport : {"ucx", "grpc"}) {
+    LocalCluster cluster;
+    ASSERT_TRUE(cluster.Start(1, 1, {"--transport=" + transport}).ok());
+    auto log = [&] { return ReadFile(cluster.shard_log(0)); };
+    cluster.shard(0).Signal(SIGHUP);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (!absl::StrContains(log(), "SIGHUP") && absl::Now() < deadline &&
+           cluster.shard(0).running()) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_TRUE(cluster.shard(0).running()) << transport << ": " << log();
+    EXPECT_TRUE(absl::StrContains(log(), "SIGHUP")) << log();
+    cluster.shard(0).Signal(SIGTERM);
+    EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(20)), 0) << log();
+  }
+}
+
+// The README's example run a second time against the same shards: the shards hold the first
+// run's weights at its last step, and the second run must be told so, not shown them as its
+// own result.
+TEST(PsServerJobTest, ASecondRunOfAJobAgainstTheSameShardsFailsAndSaysWhy) {
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc"}).ok());
+  for (int run = 0; run < 2; ++run) {
+    const std::string log = absl::StrCat(cluster.dir(), "/run", run, ".log");
+    Subprocess worker(
+        {BinaryPath("worker/examples/linear_regression"), "--servers=" + cluster.servers_flag(),
+         "--rank=0", "--world_size=1", "--steps=3", "--transport=grpc", "--dim=64", "--samples=64"},
+        log);
+    const std::optional<int> code = worker.Wait(absl::Seconds(60));
+    ASSERT_TRUE(code.has_value()) << ReadFile(log);
+    if (run == 0) {
+      EXPECT_EQ(*code, 0) << ReadFile(log);
+    } else {
+      EXPECT_NE(*code, 0) << ReadFile(log);
+      EXPECT_TRUE(absl::StrContains(ReadFile(log), "earlier run of the job")) << ReadFile(log);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hetps
