@@ -14,6 +14,23 @@ TimerQueue::~TimerQueue() {
     stopping_ = true;
   }
   thread_.join();
+  // Posted tasks may post more; run until none is left.
+  while (true) {
+    absl::AnyInvocable<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      if (posted_.empty()) break;
+      task = std::move(posted_.front());
+      posted_.pop_front();
+    }
+    task();
+  }
+}
+
+void TimerQueue::Post(absl::AnyInvocable<void()> task) {
+  absl::MutexLock lock(&mu_);
+  posted_.push_back(std::move(task));
+  ++wakeups_;
 }
 
 TimerQueue::TimerId TimerQueue::Schedule(absl::Time when, absl::AnyInvocable<void()> callback) {
@@ -40,6 +57,15 @@ bool TimerQueue::Cancel(TimerId id) {
 void TimerQueue::Run() {
   mu_.Lock();
   while (!stopping_) {
+    if (!posted_.empty()) {
+      absl::AnyInvocable<void()> task = std::move(posted_.front());
+      posted_.pop_front();
+      mu_.Unlock();
+      task();
+      task = nullptr;
+      mu_.Lock();
+      continue;
+    }
     const absl::Time now = absl::Now();
     if (scheduled_ != scheduled_seen_) {
       scheduled_seen_ = scheduled_;

@@ -6,7 +6,8 @@
 //
 // Thread-safe. Callbacks run one at a time on the timer thread, without the queue's lock held,
 // so they may schedule or cancel timers; they should be short (hand long work elsewhere).
-// Destruction stops the thread; timers that have not fired by then are dropped unrun.
+// Destruction stops the thread; timers that have not fired by then are dropped unrun, but tasks
+// given to Post() all run (on the destroying thread if need be).
 //
 // Most timers are deadlines that get cancelled long before they are due, one per call: while
 // timers come and go, the thread wakes at least every kTick by itself, so scheduling a timer due
@@ -16,6 +17,7 @@
 #define HETPS_COMMON_TIMER_QUEUE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <thread>
 #include <utility>
@@ -44,6 +46,10 @@ class TimerQueue {
   // never existed.
   bool Cancel(TimerId id);
 
+  // Runs `task` soon on the timer thread, ahead of due timers. Unlike a timer it always runs:
+  // what the destructor finds queued it runs itself (a completion that must not be lost).
+  void Post(absl::AnyInvocable<void()> task);
+
  private:
   using Key = std::pair<absl::Time, TimerId>;
 
@@ -64,6 +70,7 @@ class TimerQueue {
   uint64_t scheduled_seen_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_scheduled_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<Key, absl::AnyInvocable<void()>> timers_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::AnyInvocable<void()>> posted_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TimerId, absl::Time> deadlines_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

@@ -52,7 +52,10 @@ struct Response {
   Payload payload;
 };
 
-// Runs exactly once per call, on a transport thread. It must not block for long.
+// Runs exactly once per call, never inside the Call() that started it (not even for an error
+// found at once): on a transport thread, or inside Drive() on a thread that waits. So a caller
+// may hold a lock around Call() that its callback takes, and a thread inside Call() always
+// leaves it promptly. It must not block for long.
 using ResponseCallback = absl::AnyInvocable<void(absl::StatusOr<Response>)>;
 // Given to a RequestHandler; must be called exactly once, from any thread.
 using ReplyCallback = absl::AnyInvocable<void(absl::StatusOr<Response>)>;
@@ -71,7 +74,9 @@ class Connection {
   // or the error status the server's handler replied with.
   virtual void Call(Request request, ResponseCallback done) = 0;
 
-  // Completes outstanding calls with Cancelled and refuses later ones. Idempotent; bounded.
+  // Completes outstanding calls with Cancelled and refuses later ones. Idempotent. Returns once
+  // the transport has let go of the connection's resources; it waits for its own threads for
+  // that, never a fixed time, so it is not to be called from a callback that blocks them.
   virtual void Shutdown() = 0;
 
   virtual const std::string& address() const = 0;

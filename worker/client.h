@@ -40,7 +40,10 @@ namespace hetps {
 // Identifies a declared tensor (derived from its name).
 using TensorId = uint64_t;
 
-// Runs once when an operation is done, on a client thread; it must not block.
+// Runs once when an operation is done: on a client thread, or inside Operation::Wait() on the
+// waiting thread, never inside the Push, Pull or PushPull that started the operation (not even
+// when it fails at once), so the caller may hold a lock there that the callback takes. It must
+// not block: it holds up other operations' completions.
 using DoneCallback = absl::AnyInvocable<void(const absl::Status&)>;
 
 namespace internal {

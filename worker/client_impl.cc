@@ -20,6 +20,7 @@
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
 #include "proto/reused_message.h"
+#include "transport/internal/call_scope.h"
 #include "worker/client.h"
 #include "worker/internal/message_plan.h"
 #include "worker/internal/operation_state.h"
@@ -368,10 +369,13 @@ absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
 Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushItem> gradients,
                                 absl::Span<const PullItem> weights, uint64_t step_or_version,
                                 DoneCallback done) {
+  transport::internal::CallScope scope;  // `done` never runs inside this call
   absl::StatusOr<std::shared_ptr<const ChannelList>> channels = Channels();
-  if (!channels.ok()) return OperationState::Failed(channels.status(), std::move(done));
+  if (!channels.ok()) {
+    return OperationState::Failed(channels.status(), std::move(done), timers_.get());
+  }
   absl::StatusOr<std::vector<std::vector<Piece>>> pieces = PlanPieces(method, gradients, weights);
-  if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done));
+  if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done), timers_.get());
   std::vector<PlannedMessage> messages =
       internal::PackMessages(*std::move(pieces), options_.partition_bytes);
 

@@ -12,6 +12,8 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/task_thread.h"
+#include "common/timer_queue.h"
+#include "transport/internal/call_scope.h"
 #include "worker/device/copy_engine.h"
 #include "worker/device/staging_pipeline.h"
 #include "worker/internal/operation_state.h"
@@ -85,6 +87,8 @@ class DeviceClientImpl final : public DeviceClient {
   // The NCCL steps around the staging, each over all tensors in one batch.
   absl::Status LocalStep(absl::Span<const DeviceItem> items, GpuStream stream, bool reduce);
 
+  // Where operations that fail inside Start end (their callbacks never run inside it).
+  TimerQueue failures_;
   const std::unique_ptr<CopyEngine> engine_;
   const std::shared_ptr<LocalGroup> group_;
   std::unique_ptr<StagingPipeline> pipeline_;  // null on a local group's non-root ranks
@@ -114,13 +118,16 @@ Operation DeviceClientImpl::Start(StagedMethod method, absl::Span<const DeviceIt
                                   uint64_t step, GpuStream stream, DoneCallback done) {
   const bool pushes = method != StagedMethod::kPull;
   const bool pulls = method != StagedMethod::kPush;
+  transport::internal::CallScope scope;  // `done` never runs inside this call
   if (absl::Status checked = internal::CheckDeviceItems(method, items); !checked.ok()) {
-    return OperationState::Failed(checked, std::move(done));
+    return OperationState::Failed(checked, std::move(done), &failures_);
   }
   auto operation = std::make_shared<OperationState>(1, std::move(done));
   operation->CountWaitsIn(host_wait_nanoseconds_);
   auto fail = [&](const absl::Status& status) {
-    operation->MessageDone(status);
+    transport::internal::CompleteOutsideCall(
+        &failures_, [operation](const absl::Status& outcome) { operation->MessageDone(outcome); },
+        status);
     return Operation(operation);
   };
   if (group_ != nullptr && pushes) {

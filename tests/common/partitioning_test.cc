@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -123,7 +124,7 @@ TEST(PlacementTest, ManySmallTensorsScatterAcrossShards) {
   const uint32_t shards = 4;
   std::vector<int> count(shards, 0);
   for (int t = 0; t < 4000; ++t) {
-    ++count[ShardOfPartition(TensorKeyFromName("tensor" + std::to_string(t)), 0, shards)];
+    ++count[ShardOfPartition(TensorKeyFromName(absl::StrCat("tensor", t)), 0, shards)];
   }
   for (int c : count) {
     EXPECT_GT(c, 850);  // expectation 1000 each

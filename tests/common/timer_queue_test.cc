@@ -66,6 +66,29 @@ TEST(TimerQueueTest, DestructionDropsPendingTimers) {
   EXPECT_FALSE(ran);
 }
 
+TEST(TimerQueueTest, PostedTasksRunInOrderAndNoneIsLostAtDestruction) {
+  std::vector<int> ran;
+  absl::Mutex mu;
+  {
+    TimerQueue timers;
+    absl::Notification first_started;
+    timers.Post([&] {
+      first_started.Notify();
+      absl::SleepFor(absl::Milliseconds(100));  // the destructor comes meanwhile
+      absl::MutexLock lock(&mu);
+      ran.push_back(0);
+    });
+    first_started.WaitForNotification();
+    for (int i = 1; i <= 3; ++i) {
+      timers.Post([&, i] {
+        absl::MutexLock lock(&mu);
+        ran.push_back(i);
+      });
+    }
+  }
+  EXPECT_EQ(ran, (std::vector<int>{0, 1, 2, 3}));
+}
+
 TEST(TaskThreadTest, RunsTasksInOrderAndDrainsOnStop) {
   std::vector<int> order;
   {

@@ -2,7 +2,9 @@
 // and a training job run twice against the same shards.
 #include <signal.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -12,6 +14,8 @@
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/transports.h"
+#include "worker/client.h"
 
 namespace hetps {
 namespace {
@@ -131,6 +135,70 @@ TEST(PsServerJobTest, ASecondRunOfAJobAgainstTheSameShardsFailsAndSaysWhy) {
       EXPECT_NE(*code, 0) << ReadFile(log);
       EXPECT_TRUE(absl::StrContains(ReadFile(log), "earlier run of the job")) << ReadFile(log);
     }
+  }
+}
+
+// A client shut down while several threads push to a stalled shard (SIGSTOP): calls are in
+// flight and threads are inside the client's calls. Shutdown waits for what it owns (no fixed
+// time), every operation ends, and nothing is used after it was freed (run under ASan too).
+TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperation) {
+  for (const std::string& transport : testing::TransportsUnderTest({})) {
+    SCOPED_TRACE(transport);
+    LocalCluster cluster;
+    std::vector<std::string> env;
+    if (transport == "ucx-tcp") env.push_back("UCX_TLS=tcp");
+    ASSERT_TRUE(
+        cluster
+            .Start(1, 1, {absl::StrCat("--transport=", transport == "grpc" ? "grpc" : "ucx")}, env)
+            .ok());
+    ClientOptions options;
+    options.servers = cluster.addresses();
+    options.call_timeout = absl::Seconds(30);
+    options.transport_instance = testing::NewTestTransport(transport);
+    auto client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    TensorSpec spec;
+    spec.name = "w";
+    spec.num_elements = 4096;
+    spec.sync = SyncMode::kAsp;
+    spec.optimizer = {"sgd", {{"lr", 0.1}}};
+    auto id = (*client)->Declare(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+
+    cluster.shard(0).Signal(SIGSTOP);
+    const std::vector<float> gradient(spec.num_elements, 1.0f);
+    std::atomic<bool> stop{false};
+    std::atomic<int> started{0};
+    std::vector<std::vector<Operation>> operations(4);
+    std::vector<std::thread> pushers;
+    for (int t = 0; t < 4; ++t) {
+      pushers.emplace_back([&, t] {
+        while (!stop.load()) {
+          operations[t].push_back((*client)->Push(*id, gradient, 0));
+          started.fetch_add(1);
+          std::this_thread::yield();
+        }
+      });
+    }
+    const absl::Time enough = absl::Now() + absl::Seconds(10);
+    while (started.load() < 200 && absl::Now() < enough) absl::SleepFor(absl::Milliseconds(1));
+    const absl::Time start = absl::Now();
+    (*client)->Shutdown();
+    const absl::Duration took = absl::Now() - start;
+    stop.store(true);
+    for (std::thread& pusher : pushers) pusher.join();
+    EXPECT_LT(took, absl::Seconds(10)) << "the calls' deadline is 30 s";
+    int ended = 0;
+    for (auto& list : operations) {
+      for (Operation& operation : list) {
+        const absl::Status status = operation.Wait();
+        EXPECT_FALSE(status.ok());
+        ++ended;
+      }
+    }
+    EXPECT_GE(ended, 200);
+    client->reset();  // the client goes while the shard is still stopped
+    cluster.shard(0).Signal(SIGCONT);
   }
 }
 

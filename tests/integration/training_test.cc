@@ -74,7 +74,7 @@ class TrainingTest : public ::testing::TestWithParam<std::string> {
  protected:
   // "grpc" or "ucx", as ps-server's and the example's --transport take it.
   std::string TransportFlag() const {
-    return "--transport=" + std::string(GetParam() == "grpc" ? "grpc" : "ucx");
+    return absl::StrCat("--transport=", GetParam() == "grpc" ? "grpc" : "ucx");
   }
   // The processes' environment: UCX limited to TCP for "ucx-tcp"; logs that name the lanes.
   std::vector<std::string> Environment() const {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -131,7 +132,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
   hetps::v1::PartitionItem DeclareAspPartition(const std::string& prefix) {
     std::string name;
     for (int i = 0; name.empty() || ShardOfPartition(TensorKeyFromName(name), 0, 2) != 0; ++i) {
-      name = prefix + std::to_string(i);
+      name = absl::StrCat(prefix, i);
     }
     hetps::v1::TensorDecl decl = Decl();
     decl.set_name(name);

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
 
@@ -50,7 +51,7 @@ TEST(TensorTableTest, ConcurrentInsertsAndLookups) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 200; ++i) {
-        const std::string name = "t" + std::to_string(i);
+        const std::string name = absl::StrCat("t", i);
         table.Insert(MakeTensor(name, 16 + t));
         if (table.Find(TensorKeyFromName(name)) != nullptr) ++found;
       }

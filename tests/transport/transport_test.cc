@@ -349,6 +349,41 @@ TEST_P(TransportTest, ConcurrentLargeResponsesLandInTheirCallersSinks) {
   EXPECT_EQ(good.load(), kThreads * kCalls);
 }
 
+// Set by the test thread around Connection::Call: a callback that sees it set ran inside Call.
+thread_local bool inside_call = false;
+
+// The callback rule of transport.h: a call's callback never runs inside the Call that started
+// it, for an immediate reply, an error found at once, or a call on a shut-down connection.
+TEST_P(TransportTest, CallbacksNeverRunInsideCall) {
+  auto call = [&](Connection& connection, Request request) {
+    auto done = std::make_shared<absl::Notification>();
+    auto ran_inside = std::make_shared<std::atomic<bool>>(false);
+    auto result = std::make_shared<absl::StatusOr<Response>>();
+    inside_call = true;
+    connection.Call(std::move(request), [=](absl::StatusOr<Response> response) {
+      ran_inside->store(inside_call);
+      *result = std::move(response);
+      done->Notify();
+    });
+    inside_call = false;
+    transport_->Drive([&] { return done->HasBeenNotified(); });
+    EXPECT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_FALSE(ran_inside->load());
+    return done->HasBeenNotified() ? *result : absl::DeadlineExceededError("no callback");
+  };
+  EXPECT_TRUE(call(*connection_, MakeRequest(kEcho, "x")).ok());
+  std::vector<uint8_t> big(5 << 20, 7);
+  Request oversized = MakeRequest(kEcho, "");
+  oversized.payload = Payload::Borrow(big);
+  EXPECT_EQ(call(*connection_, std::move(oversized)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  auto closed = transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  (*closed)->Shutdown();
+  EXPECT_EQ(call(**closed, MakeRequest(kEcho, "x")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {
   std::vector<uint8_t> big(5 << 20, 7);
   Request request = MakeRequest(kEcho, "");

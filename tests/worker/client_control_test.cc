@@ -128,6 +128,45 @@ TEST_P(ClientControlTest, UnreachableShardFailsWithinTheConnectTimeout) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// Set around Push by the test thread: a callback that sees it set ran inside Push.
+thread_local bool inside_push = false;
+
+// worker/client.h: a DoneCallback never runs inside the Push that started the operation, even
+// when it fails at once, so a caller may hold a lock there that its callback takes.
+TEST_P(ClientControlTest, CallbacksNeverRunInsidePush) {
+  StartCluster(1, 1);
+  std::unique_ptr<Client> client = NewClient(0);
+  auto id = client->Declare(Spec("w", 64, 0.1, SyncMode::kAsp));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g(64, 1.0f), three(3);
+  auto push = [&](TensorId tensor, absl::Span<const float> gradient) {
+    absl::Mutex held;  // taken around Push, and by the callback: inside Push it would deadlock
+    std::atomic<bool> ran_inside{false};
+    absl::Status outcome;
+    Operation operation(nullptr);
+    {
+      absl::MutexLock lock(&held);
+      inside_push = true;
+      operation = client->Push(tensor, gradient, 0, [&](const absl::Status& status) {
+        ran_inside.store(inside_push);
+        absl::MutexLock callback_lock(&held);
+        outcome = status;
+      });
+      inside_push = false;
+    }
+    const absl::Status waited = operation.Wait();
+    EXPECT_FALSE(ran_inside.load());
+    absl::MutexLock lock(&held);
+    EXPECT_EQ(outcome, waited);
+    return waited;
+  };
+  EXPECT_TRUE(push(*id, g).ok());
+  EXPECT_EQ(push(12345, g).code(), absl::StatusCode::kNotFound);           // fails at once
+  EXPECT_EQ(push(*id, three).code(), absl::StatusCode::kInvalidArgument);  // fails at once
+  client->Shutdown();
+  EXPECT_EQ(push(*id, g).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_P(ClientControlTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
   StartCluster(2, 3);
   std::vector<std::unique_ptr<Client>> clients;

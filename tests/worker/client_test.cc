@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
@@ -77,7 +78,7 @@ TEST_P(ClientTest, ManySmallTensorsArePackedIntoOneMessagePerShard) {
   std::unique_ptr<Client> client = NewClient(0);
   std::vector<TensorId> ids;
   for (int t = 0; t < 100; ++t) {
-    auto id = client->Declare(Spec("small" + std::to_string(t), 3));
+    auto id = client->Declare(Spec(absl::StrCat("small", t), 3));
     ASSERT_TRUE(id.ok()) << id.status();
     ids.push_back(*id);
   }

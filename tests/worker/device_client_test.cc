@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -69,13 +70,13 @@ TEST_P(DeviceClientTest, StagedPushPullEqualsTheHostClientBitForBit) {
   std::vector<TensorId> staged, direct;
   std::vector<std::vector<float>> gradients, staged_weights, direct_weights;
   for (size_t t = 0; t < sizes.size(); ++t) {
-    TensorSpec staged_spec = Spec("staged" + std::to_string(t), sizes[t]);
+    TensorSpec staged_spec = Spec(absl::StrCat("staged", t), sizes[t]);
     if (t == 5) {  // 16-bit on the wire: the client converts to and from the staging slots
       staged_spec.push_dtype = DType::kBf16;
       staged_spec.pull_dtype = DType::kFp16;
     }
     TensorSpec direct_spec = staged_spec;
-    direct_spec.name = "direct" + std::to_string(t);
+    direct_spec.name = absl::StrCat("direct", t);
     auto a = (*client)->Declare(staged_spec);
     auto b = (*client)->Declare(direct_spec);
     ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();

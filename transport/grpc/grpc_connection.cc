@@ -14,8 +14,26 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
+#include "transport/internal/call_scope.h"
 
 namespace hetps::transport::grpc_internal {
+namespace {
+
+// The stream whose reactor callback this thread runs, if any: Shutdown from there (a response
+// callback that shuts its connection down) must not wait for OnDone, which gRPC runs only after
+// that callback has returned.
+thread_local const void* reacting_stream = nullptr;
+
+class Reacting {
+ public:
+  explicit Reacting(const void* stream) : previous_(reacting_stream) { reacting_stream = stream; }
+  ~Reacting() { reacting_stream = previous_; }
+
+ private:
+  const void* const previous_;
+};
+
+}  // namespace
 
 // One bidirectional stream. It keeps itself alive (self_) until gRPC calls OnDone.
 //
@@ -58,8 +76,12 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
 
   void Cancel() { context_.TryCancel(); }
 
-  // Waits (bounded) until gRPC has finished with the stream and let go of it.
-  void AwaitDone(absl::Duration timeout) { done_->WaitForNotificationWithTimeout(timeout); }
+  // Waits until gRPC has finished with the stream and let go of it (after Cancel, gRPC ends
+  // every operation promptly), unless called from the stream's own reactor callback.
+  void AwaitDone() {
+    if (reacting_stream == this) return;
+    done_->WaitForNotification();
+  }
 
   void OnWriteDone(bool ok) override {
     grpc::ByteBuffer* next = nullptr;
@@ -84,6 +106,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   }
 
   void OnReadDone(bool ok) override {
+    Reacting reacting(this);
     if (!ok) {
       EndReadSide();
       return;
@@ -108,6 +131,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   }
 
   void OnDone(const grpc::Status& status) override {
+    Reacting reacting(this);
     absl::flat_hash_set<uint64_t> orphans;
     {
       absl::MutexLock lock(&mu_);
@@ -169,6 +193,7 @@ GrpcConnection::GrpcConnection(std::string address, std::shared_ptr<grpc::Channe
       channel_(std::move(channel)),
       stub_(channel_),
       max_message_bytes_(max_message_bytes),
+      timers_(timers),
       tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
 
 GrpcConnection::~GrpcConnection() { Shutdown(); }
@@ -184,6 +209,7 @@ std::shared_ptr<ClientStream> GrpcConnection::CurrentStream() {
 }
 
 void GrpcConnection::Call(Request request, ResponseCallback done) {
+  internal::CallScope scope;
   hetps::v1::FrameHeader header;
   header.set_method(request.method);
   header.set_header(std::move(request.header));
@@ -193,13 +219,17 @@ void GrpcConnection::Call(Request request, ResponseCallback done) {
   }
   const size_t frame_size = EncodedFrameSize(header, request.payload);
   if (frame_size > max_message_bytes_) {
-    done(absl::ResourceExhaustedError(absl::StrFormat(
-        "request of %d bytes exceeds the %d-byte message limit", frame_size, max_message_bytes_)));
+    internal::CompleteOutsideCall(timers_, std::move(done),
+                                  absl::ResourceExhaustedError(absl::StrFormat(
+                                      "request of %d bytes exceeds the %d-byte message limit",
+                                      frame_size, max_message_bytes_)));
     return;
   }
   std::shared_ptr<ClientStream> stream = CurrentStream();
   if (stream == nullptr) {
-    done(absl::FailedPreconditionError(absl::StrCat("connection to ", address_, " is shut down")));
+    internal::CompleteOutsideCall(
+        timers_, std::move(done),
+        absl::FailedPreconditionError(absl::StrCat("connection to ", address_, " is shut down")));
     return;
   }
   const uint64_t id = tracker_->Start(request.deadline, std::move(done));
@@ -220,7 +250,7 @@ void GrpcConnection::Shutdown() {
   tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
   if (stream != nullptr) {
     stream->Cancel();
-    stream->AwaitDone(absl::Seconds(5));
+    stream->AwaitDone();
   }
 }
 

@@ -40,6 +40,7 @@ class GrpcConnection final : public Connection {
   const std::shared_ptr<grpc::Channel> channel_;
   grpc::GenericStub stub_;
   const size_t max_message_bytes_;
+  TimerQueue* const timers_;
   const std::shared_ptr<internal::CallTracker> tracker_;
 
   absl::Mutex mu_;

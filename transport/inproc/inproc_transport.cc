@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/task_thread.h"
 #include "common/timer_queue.h"
+#include "transport/internal/call_scope.h"
 #include "transport/internal/call_tracker.h"
 
 namespace hetps::transport {
@@ -49,6 +50,7 @@ class InProcConnection final : public Connection {
   InProcConnection(std::string address, InProcNetwork* network, TimerQueue* timers)
       : address_(std::move(address)),
         network_(network),
+        timers_(timers),
         tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
   ~InProcConnection() override { Shutdown(); }
 
@@ -59,6 +61,7 @@ class InProcConnection final : public Connection {
  private:
   const std::string address_;
   InProcNetwork* const network_;
+  TimerQueue* const timers_;
   const std::shared_ptr<internal::CallTracker> tracker_;
   std::atomic<bool> shut_down_{false};
 };
@@ -149,13 +152,16 @@ class InProcNetwork final : public InProcTransport {
 };
 
 void InProcConnection::Call(Request request, ResponseCallback done) {
+  internal::CallScope scope;
   if (shut_down_.load()) {
-    done(absl::FailedPreconditionError(absl::StrCat("connection to ", address_, " is shut down")));
+    internal::CompleteOutsideCall(
+        timers_, std::move(done),
+        absl::FailedPreconditionError(absl::StrCat("connection to ", address_, " is shut down")));
     return;
   }
   const size_t limit = network_->options().max_message_bytes;
   if (absl::Status size = CheckSize(request.header, request.payload, limit); !size.ok()) {
-    done(size);
+    internal::CompleteOutsideCall(timers_, std::move(done), size);
     return;
   }
   const uint64_t id = tracker_->Start(request.deadline, std::move(done));

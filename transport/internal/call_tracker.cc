@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "transport/internal/call_scope.h"
 
 namespace hetps::transport::internal {
 
@@ -111,7 +112,7 @@ uint64_t CallTracker::Start(absl::Time deadline, ResponseCallback done) {
 bool CallTracker::Finish(uint64_t id, absl::StatusOr<Response> result) {
   ResponseCallback done = state_->Take(id);
   if (!done) return false;
-  done(std::move(result));
+  CompleteOutsideCall(state_->timers, std::move(done), std::move(result));
   return true;
 }
 

@@ -7,7 +7,8 @@
 //   tracker.Finish(id, response);   // false if it had already completed (e.g. expired)
 //
 // Thread-safe. Callbacks run without the tracker's lock, on the thread that finishes the call
-// (the timer thread for expiries).
+// (the timer thread for expiries), or on the timer thread when that thread is inside a Call
+// (internal/call_scope.h).
 #ifndef HETPS_TRANSPORT_INTERNAL_CALL_TRACKER_H_
 #define HETPS_TRANSPORT_INTERNAL_CALL_TRACKER_H_
 

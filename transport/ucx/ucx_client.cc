@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/frame.pb.h"
+#include "transport/internal/call_scope.h"
 #include "transport/internal/call_tracker.h"
 #include "transport/ucx/ucx_server.h"
 
@@ -413,6 +414,7 @@ size_t UcxConnection::HeldSinksForTesting() {
 const std::string& UcxConnection::address() const { return core_->address; }
 
 void UcxConnection::Call(Request request, ResponseCallback done) {
+  internal::CallScope scope;
   uint64_t server_id = 0;
   bool shut_down, ready;
   absl::Status why;
@@ -424,20 +426,25 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
     why = core_->last_error;
   }
   if (shut_down) {
-    done(absl::FailedPreconditionError(
-        absl::StrCat("connection to ", core_->address, " is shut down")));
+    internal::CompleteOutsideCall(core_->timers, std::move(done),
+                                  absl::FailedPreconditionError(absl::StrCat(
+                                      "connection to ", core_->address, " is shut down")));
     return;
   }
   if (!ready) {
     core_->StartBootstrap();  // the caller retries Unavailable; we reconnect meanwhile
-    done(absl::UnavailableError(
-        absl::StrCat("reconnecting to ", core_->address, why.ok() ? "" : ": ", why.message())));
+    internal::CompleteOutsideCall(
+        core_->timers, std::move(done),
+        absl::UnavailableError(
+            absl::StrCat("reconnecting to ", core_->address, why.ok() ? "" : ": ", why.message())));
     return;
   }
   const size_t size = request.header.size() + request.payload.size();
   if (size > core_->max_message_bytes) {
-    done(absl::ResourceExhaustedError(absl::StrFormat(
-        "request of %d bytes exceeds the %d-byte message limit", size, core_->max_message_bytes)));
+    internal::CompleteOutsideCall(core_->timers, std::move(done),
+                                  absl::ResourceExhaustedError(absl::StrFormat(
+                                      "request of %d bytes exceeds the %d-byte message limit", size,
+                                      core_->max_message_bytes)));
     return;
   }
   const uint64_t id = core_->tracker->Start(request.deadline, std::move(done));
@@ -481,8 +488,11 @@ void UcxConnection::Shutdown() {
   }
   core_->tracker->FailAll(
       absl::CancelledError(absl::StrCat("connection to ", core_->address, " shut down")));
+  // Waits for the worker to let go of the endpoint, with no time limit: the task runs (even when
+  // the worker stops: tasks posted before are run), and runs here when this thread holds the
+  // worker (Shutdown from a response callback).
   auto closed = std::make_shared<absl::Notification>();
-  const bool posted = core_->worker->Post([core = core_, closed] {
+  const bool posted = core_->worker->RunOrPost([core = core_, closed] {
     for (auto& [call, entry] : core->receiving) {
       entry.cancelled =
           absl::CancelledError(absl::StrCat("connection to ", core->address, " shut down"));
@@ -503,7 +513,7 @@ void UcxConnection::Shutdown() {
     core->client_worker->connections.erase(core->local_id);
     closed->Notify();
   });
-  if (posted) closed->WaitForNotificationWithTimeout(absl::Seconds(5));
+  if (posted) closed->WaitForNotification();
   core_->bootstrap->Shutdown();
 }
 

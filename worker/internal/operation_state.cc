@@ -4,6 +4,7 @@
 
 #include "absl/time/clock.h"
 #include "common/clock.h"
+#include "transport/internal/call_scope.h"
 
 namespace hetps {
 namespace internal {
@@ -13,8 +14,12 @@ OperationState::OperationState(size_t messages, DoneCallback done, absl::Status 
   if (messages == 0) Finish();
 }
 
-Operation OperationState::Failed(const absl::Status& status, DoneCallback done) {
-  return Operation(std::make_shared<OperationState>(0, std::move(done), status));
+Operation OperationState::Failed(const absl::Status& status, DoneCallback done,
+                                 TimerQueue* timers) {
+  auto state = std::make_shared<OperationState>(1, std::move(done));
+  transport::internal::CompleteOutsideCall(
+      timers, [state](const absl::Status& outcome) { state->MessageDone(outcome); }, status);
+  return Operation(state);
 }
 
 void OperationState::MessageDone(const absl::Status& status) {

@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/timer_queue.h"
 #include "transport/transport.h"
 #include "worker/client.h"
 
@@ -24,8 +25,9 @@ class OperationState {
   // With `messages` == 0 the operation is done at once, with `status`.
   OperationState(size_t messages, DoneCallback done, absl::Status status = absl::OkStatus());
 
-  // An operation that failed before sending anything.
-  static Operation Failed(const absl::Status& status, DoneCallback done);
+  // An operation that failed before sending anything. Its callback runs on `timers`' thread
+  // when the caller is inside a client call (never inside Push, Pull or PushPull).
+  static Operation Failed(const absl::Status& status, DoneCallback done, TimerQueue* timers);
 
   void MessageDone(const absl::Status& status);
   // Wait() adds the time it blocks to `nanoseconds` (the device client's waited-on-PS figure).

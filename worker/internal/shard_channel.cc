@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "transport/internal/call_scope.h"
 
 namespace hetps::internal {
 namespace {
@@ -14,8 +15,6 @@ namespace {
 constexpr absl::Duration kFirstRetryPause = absl::Milliseconds(20);
 constexpr absl::Duration kLongestRetryPause = absl::Seconds(1);
 constexpr absl::Duration kLastAttemptMargin = absl::Milliseconds(10);
-// How long Shutdown waits for callbacks that are using the connection.
-constexpr absl::Duration kQuiesceTimeout = absl::Seconds(5);
 
 }  // namespace
 
@@ -53,6 +52,7 @@ void ShardChannel::Exit() {
 void ShardChannel::Call(uint32_t method, std::string header, transport::Payload payload,
                         absl::Time deadline, transport::ResponseCallback done,
                         transport::ResponseSink sink) {
+  transport::internal::CallScope scope;
   auto call = std::make_shared<PendingCall>();
   call->method = method;
   call->header = std::move(header);
@@ -136,7 +136,7 @@ void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Respons
   }
   transport::ResponseCallback done = std::move(call.done);
   call.done = nullptr;
-  if (done) done(std::move(result));
+  if (done) transport::internal::CompleteOutsideCall(timers_, std::move(done), std::move(result));
 }
 
 void ShardChannel::Shutdown() {
@@ -146,8 +146,10 @@ void ShardChannel::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     closed_ = true;
+    // Threads inside connection_->Call leave it promptly (no callback runs in there), so this
+    // waits without a time limit: the connection must not go while one of them uses it.
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_ == 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&idle), kQuiesceTimeout);
+    mu_.Await(absl::Condition(&idle));
     for (auto& [id, retry] : retries_) retries.push_back(std::move(retry));
     retries_.clear();
     connection = std::move(connection_);

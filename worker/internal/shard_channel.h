@@ -4,9 +4,10 @@
 // fails with DeadlineExceeded. Retrying is safe because shards recognise repeated pushes.
 // Errors name the shard: "shard 1 (10.0.0.2:7000): ...".
 //
-// Thread-safe. Shutdown() waits (bounded) for callbacks that are using the connection, then
-// ends every outstanding call with Cancelled; after it returns the channel touches neither the
-// connection nor the timers, although callbacks may still hold the channel itself.
+// Thread-safe. Callbacks never run inside Call (transport/internal/call_scope.h). Shutdown()
+// waits for the threads inside the connection's Call (they leave it promptly), then ends every
+// outstanding call with Cancelled; after it returns the channel touches neither the connection
+// nor the timers, although callbacks may still hold the channel itself.
 #ifndef HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
 #define HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
 
