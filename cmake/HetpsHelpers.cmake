@@ -4,15 +4,22 @@
 #   hetps_cc_binary(NAME <name> SRCS ... [DEPS ...] [OUTPUT_NAME <file>])
 #   hetps_cc_test(NAME <name> SRCS ... [DEPS ...] [TIMEOUT <s>] [LABELS ...])
 
-# GCC 12 reports false maybe-uninitialized warnings inside Abseil containers.
+# GCC 12 reports false maybe-uninitialized warnings inside Abseil containers, and at -O3 false
+# restrict warnings inside std::string (assigning or prepending a literal: GCC bug 105329).
 set(HETPS_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-                   -Wno-maybe-uninitialized)
+                   -Wno-maybe-uninitialized -Wno-restrict)
 # Warnings stop the build only where the project's own CI and developers ask for it: another
 # compiler or optimisation level finds new (often false) warnings, and a user's build must not
 # fail on them.
 option(HETPS_WERROR "Treat compiler warnings as errors (.ci/run turns this on)" OFF)
 if(HETPS_WERROR)
   list(APPEND HETPS_WARNINGS -Werror)
+endif()
+# The fuzzing build (tests/fuzz/run.sh): clang only; all code is instrumented for libFuzzer's
+# coverage and the targets in tests/fuzz/ link libFuzzer. Used with HETPS_SANITIZE=ON.
+option(HETPS_FUZZ "Build tests/fuzz targets with libFuzzer (needs clang)" OFF)
+if(HETPS_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "HETPS_FUZZ=ON needs clang (e.g. CXX=clang++-15)")
 endif()
 set(HETPS_SANITIZER_FLAGS -fsanitize=address,undefined -fno-omit-frame-pointer
                           -fno-sanitize-recover=undefined)
@@ -23,6 +30,9 @@ function(hetps_apply_common_flags target)
   if(HETPS_SANITIZE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${HETPS_SANITIZER_FLAGS}>)
     target_link_options(${target} PRIVATE ${HETPS_SANITIZER_FLAGS})
+  endif()
+  if(HETPS_FUZZ)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
   endif()
 endfunction()
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages hetps builds against, if any is missing.
+# Installs the Debian 12 packages hetps builds against, and any named as arguments (e.g.
+# clang-15 libfuzzer-15-dev for tests/fuzz/run.sh), if any is missing.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libjemalloc-dev libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
+  "$@"
 )
 
 missing=()

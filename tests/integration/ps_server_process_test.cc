@@ -15,6 +15,7 @@
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
+#include "tests/worker/client_test_fixture.h"
 #include "worker/client.h"
 
 namespace hetps {
@@ -157,11 +158,7 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     options.transport_instance = testing::NewTestTransport(transport);
     auto client = Client::Create(options);
     ASSERT_TRUE(client.ok()) << client.status();
-    TensorSpec spec;
-    spec.name = "w";
-    spec.num_elements = 4096;
-    spec.sync = SyncMode::kAsp;
-    spec.optimizer = {"sgd", {{"lr", 0.1}}};
+    const TensorSpec spec = testing::Spec("w", 4096, 0.1, SyncMode::kAsp);
     auto id = (*client)->Declare(spec);
     ASSERT_TRUE(id.ok()) << id.status();
 

@@ -55,4 +55,36 @@ absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length) {
   return frame;
 }
 
+absl::Status CheckWorkerAddress(absl::string_view address) {
+  // Shorter than UCX 1.13's header (1 byte) and worker id (8 bytes), or of a version other
+  // than v1 and v2 (the low 4 bits of the first byte).
+  constexpr size_t kShortestAddress = 9;
+  constexpr unsigned kNewestAddressVersion = 1;
+  if (address.size() < kShortestAddress ||
+      (static_cast<unsigned char>(address[0]) & 0x0F) > kNewestAddressVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a UCX worker address of %d bytes that this UCX cannot read", address.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::string_view header) {
+  hetps::v1::UcxBootstrapRequest bootstrap;
+  if (!bootstrap.ParseFromArray(header.data(), static_cast<int>(header.size())) ||
+      (bootstrap.worker_address().empty() && !bootstrap.address_only())) {
+    return absl::InvalidArgumentError("malformed UCX bootstrap request");
+  }
+  if (bootstrap.address_only()) return bootstrap;  // a probe: nothing reaches UCX
+  if (bootstrap.frame_version() != kUcxFrameVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the client speaks UCX frame version %d, this server %d (mixed hetps "
+                        "versions?)",
+                        bootstrap.frame_version(), kUcxFrameVersion));
+  }
+  if (absl::Status address = CheckWorkerAddress(bootstrap.worker_address()); !address.ok()) {
+    return address;
+  }
+  return bootstrap;
+}
+
 }  // namespace hetps::transport::ucx_internal

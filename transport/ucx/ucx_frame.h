@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "proto/frame.pb.h"
 
 namespace hetps::transport::ucx_internal {
 
@@ -51,6 +52,16 @@ inline size_t EncodedUcxFrameSize(const UcxFrame& frame) {
 void EncodeUcxFrameTo(const UcxFrame& frame, char* out);
 // INVALID_ARGUMENT if `length` is shorter than the fixed part.
 absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length);
+
+// UCX reads a worker address with assertions, not errors: one of an unknown format version
+// aborts the process. INVALID_ARGUMENT for bytes that cannot be a worker address of this UCX
+// (see the .cc). A crafted address can still pass: UCX's ports must not face untrusted networks.
+absl::Status CheckWorkerAddress(absl::string_view address);
+
+// Decodes and checks a bootstrap request (the header of kBootstrapMethod, over gRPC) before any
+// of it reaches UCX: INVALID_ARGUMENT if malformed or its address cannot be one,
+// FAILED_PRECONDITION for another frame version.
+absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::string_view header);
 
 }  // namespace hetps::transport::ucx_internal
 

@@ -171,19 +171,12 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
 }
 
 void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
-  hetps::v1::UcxBootstrapRequest bootstrap;
-  if (!bootstrap.ParseFromString(request.header) ||
-      (bootstrap.worker_address().empty() && !bootstrap.address_only())) {
-    reply(absl::InvalidArgumentError("malformed UCX bootstrap request"));
+  absl::StatusOr<hetps::v1::UcxBootstrapRequest> parsed = ParseBootstrapRequest(request.header);
+  if (!parsed.ok()) {
+    reply(parsed.status());
     return;
   }
-  if (!bootstrap.address_only() && bootstrap.frame_version() != kUcxFrameVersion) {
-    reply(absl::FailedPreconditionError(
-        absl::StrFormat("the client speaks UCX frame version %d, this server %d (mixed hetps "
-                        "versions?)",
-                        bootstrap.frame_version(), kUcxFrameVersion)));
-    return;
-  }
+  hetps::v1::UcxBootstrapRequest bootstrap = *std::move(parsed);
   if (bootstrap.address_only()) {
     hetps::v1::UcxBootstrapResponse response;
     response.set_worker_address(worker->address());

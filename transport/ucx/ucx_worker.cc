@@ -25,6 +25,7 @@
 #include "common/aligned_buffer.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace hetps::transport::ucx_internal {
 
@@ -414,18 +415,9 @@ std::function<void(ucs_status_t)>* UcxWorker::Keep(std::function<void(ucs_status
 
 absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
                                         std::function<void(ucs_status_t)> on_error) {
-  // UCX reads a worker address with assertions, not errors: an address of an unknown format
-  // version aborts the process. The peer's address comes over the network, so what cannot be
-  // one is refused here: shorter than UCX 1.13's header (1 byte) and worker id (8 bytes), or
-  // of a version other than v1 and v2 (the low 4 bits of the first byte). A crafted address can
-  // still pass: UCX's ports must not face untrusted networks.
-  constexpr size_t kShortestAddress = 9;
-  constexpr unsigned kNewestAddressVersion = 1;
-  if (address.size() < kShortestAddress ||
-      (static_cast<unsigned char>(address[0]) & 0x0F) > kNewestAddressVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "a UCX worker address of %d bytes that this UCX cannot read", address.size()));
-  }
+  // The peer's address comes over the network: what cannot be one is refused before UCX
+  // reads it (and asserts).
+  HETPS_RETURN_IF_ERROR(CheckWorkerAddress(address));
   ucp_ep_params_t params = {};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
