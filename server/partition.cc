@@ -295,6 +295,33 @@ void Partition::WakeWaiters() {
   for (Waiter& w : ready) w.request->CompleteItem(w.slot, Snapshot(w.format));
 }
 
+uint64_t Partition::Digest() const {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+  auto add = [&hash](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      hash ^= static_cast<const uint8_t*>(data)[i];
+      hash *= 0x100000001b3ull;
+    }
+  };
+  add(weights_->data(), config_.range.size * sizeof(float));
+  add(state_.data(), state_.size_bytes());
+  const uint64_t now = version();
+  add(&now, sizeof(now));
+  for (const WorkerRun& run : runs_) {
+    const uint64_t values[] = {run.incarnation, run.applied.highest()};
+    add(values, sizeof(values));
+  }
+  for (uint64_t step = now; step < now + 64; ++step) {
+    auto it = steps_.find(step);
+    if (it == steps_.end()) continue;
+    add(&step, sizeof(step));
+    for (const HeldGradient& held : it->second.gradients) {
+      if (held.data != nullptr) add(held.data, config_.range.size * sizeof(float));
+    }
+  }
+  return hash;
+}
+
 std::string Partition::DescribeWait(uint64_t min_version) const {
   const uint64_t now = version();
   if (now >= min_version) return "";

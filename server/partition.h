@@ -111,6 +111,10 @@ class Partition {
 
   WeightsSnapshot Snapshot(FloatFormat format);
 
+  // A hash of everything this partition holds: weights, optimizer state, version, the steps
+  // being gathered and each worker's run (tests: a refused request changes none of it).
+  uint64_t Digest() const;
+
  private:
   // A gradient kept for a BSP step: the received bytes themselves when they are one aligned
   // piece of fp32, otherwise an fp32 copy.

@@ -83,6 +83,8 @@ std::string ShardServer::address() const { return listener_->address(); }
 
 hetps::v1::StatsResponse ShardServer::Stats() const { return shard_->Stats(); }
 
+uint64_t ShardServer::StateDigest() { return shard_->StateDigest(); }
+
 void ShardServer::Shutdown() {
   if (shard_ == nullptr) return;
   // Waiting pulls are answered first, so the listener's streams can finish promptly.

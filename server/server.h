@@ -79,6 +79,8 @@ class ShardServer {
   // The address workers connect to (with the chosen port).
   std::string address() const;
   hetps::v1::StatsResponse Stats() const;
+  // Shard::StateDigest: a hash of everything the shard holds (tests).
+  uint64_t StateDigest();
 
   // Answers waiting requests with Unavailable, stops listening and stops the shard's threads.
   // Idempotent; bounded in time.

@@ -511,6 +511,43 @@ absl::StatusOr<transport::Response> Shard::Echo(transport::Request request) {
   return response;
 }
 
+uint64_t Shard::StateDigest() {
+  std::vector<std::pair<uint64_t, uint64_t>> parts;  // (tensor key, hash), sorted below
+  absl::Mutex mu;
+  int waiting = 0;
+  table_.ForEach([&](const Tensor& tensor) {
+    {
+      absl::MutexLock lock(&mu);
+      parts.emplace_back(tensor.decl.key(),
+                         std::hash<std::string>()(tensor.decl.SerializeAsString()));
+    }
+    for (const auto& partition : tensor.partitions) {
+      if (partition == nullptr) continue;
+      {
+        absl::MutexLock lock(&mu);
+        ++waiting;
+      }
+      const bool posted = owners_[partition->owner()]->Post([&, key = tensor.decl.key(),
+                                                             p = partition.get()] {
+        const uint64_t digest = p->Digest() ^ (uint64_t{p->index()} << 32);
+        absl::MutexLock lock(&mu);
+        parts.emplace_back(key, digest);
+        --waiting;
+      });
+      if (!posted) {
+        absl::MutexLock lock(&mu);
+        --waiting;
+      }
+    }
+  });
+  absl::MutexLock lock(&mu);
+  mu.Await(absl::Condition(+[](int* left) { return *left == 0; }, &waiting));
+  std::sort(parts.begin(), parts.end());
+  uint64_t hash = 0;
+  for (const auto& [key, digest] : parts) hash = hash * 1099511628211ull + (key ^ digest);
+  return hash;
+}
+
 hetps::v1::StatsResponse Shard::Stats() const {
   hetps::v1::StatsResponse stats;
   stats.set_shard_index(options_.shard_index);

@@ -60,6 +60,10 @@ class Shard final : public transport::RequestHandler {
 
   hetps::v1::StatsResponse Stats() const;
 
+  // A hash of the shard's whole state: its tensors' declarations and every partition's
+  // Partition::Digest, read on their owner threads. For tests (bad requests change nothing).
+  uint64_t StateDigest();
+
  private:
   // What a data request asks of each of its partitions.
   struct DataCall {
