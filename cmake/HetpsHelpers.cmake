@@ -4,10 +4,12 @@
 #   hetps_cc_binary(NAME <name> SRCS ... [DEPS ...] [OUTPUT_NAME <file>])
 #   hetps_cc_test(NAME <name> SRCS ... [DEPS ...] [TIMEOUT <s>] [LABELS ...])
 
+set(HETPS_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
 # GCC 12 reports false maybe-uninitialized warnings inside Abseil containers, and at -O3 false
 # restrict warnings inside std::string (assigning or prepending a literal: GCC bug 105329).
-set(HETPS_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-                   -Wno-maybe-uninitialized -Wno-restrict)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  list(APPEND HETPS_WARNINGS -Wno-maybe-uninitialized -Wno-restrict)
+endif()
 # Warnings stop the build only where the project's own CI and developers ask for it: another
 # compiler or optimisation level finds new (often false) warnings, and a user's build must not
 # fail on them.

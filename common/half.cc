@@ -1,5 +1,9 @@
 #include "common/half.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 
 #include "common/simd.h"
@@ -43,8 +47,7 @@ __attribute__((target("avx2,f16c"))) void ToFp16F16c(const float* in, uint16_t* 
   for (; i < n; ++i) out[i] = Fp32ToFp16(in[i]);
 }
 
-__attribute__((target("avx2,f16c"))) void FromFp16F16c(const uint16_t* in, float* out,
-                                                       size_t n) {
+__attribute__((target("avx2,f16c"))) void FromFp16F16c(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
@@ -54,7 +57,11 @@ __attribute__((target("avx2,f16c"))) void FromFp16F16c(const uint16_t* in, float
 }
 
 bool UseF16c() {
-  static const bool has = __builtin_cpu_supports("f16c");
+  // CPUID leaf 1, ECX bit 29 (clang's __builtin_cpu_supports does not know "f16c").
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return has && ActiveSimdLevel() != SimdLevel::kBaseline;
 }
 #endif

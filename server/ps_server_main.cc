@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/command_line.h"
 #include "common/log.h"
+#include "google/protobuf/stubs/logging.h"
 #include "server/server.h"
 
 #ifdef HETPS_HAVE_JEMALLOC
@@ -68,6 +70,23 @@ std::string AllocatorName() {
 #endif
 }
 
+// Protobuf logs a line for every malformed string field it parses, and requests come from the
+// network: a client could fill the shard's log. Its messages go to ours, one a second at most.
+void RateLimitedProtobufLog(google::protobuf::LogLevel level, const char* file, int line,
+                            const std::string& message) {
+  static std::atomic<int64_t> last_ns{0};
+  static std::atomic<uint64_t> suppressed{0};
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t last = last_ns.load();
+  if (level < google::protobuf::LOGLEVEL_FATAL &&
+      (now - last < 1'000'000'000 || !last_ns.compare_exchange_strong(last, now))) {
+    suppressed.fetch_add(1);
+    return;
+  }
+  hetps::LogWarning("protobuf: %s (%s:%d; %d similar messages not logged)", message, file, line,
+                    suppressed.exchange(0));
+}
+
 bool WritePortFile(const std::string& path, int port) {
   const std::string temporary = path + ".tmp";
   {
@@ -86,6 +105,7 @@ int main(int argc, char** argv) {
       "Runs one shard of a hetps parameter-server cluster.\n"
       "  ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4");
 
+  google::protobuf::SetLogHandler(&RateLimitedProtobufLog);
   using hetps::RequireFlagInRange;
   RequireFlagInRange("port", int64_t{absl::GetFlag(FLAGS_port)}, 0, 65535);
   RequireFlagInRange("num_shards", uint64_t{absl::GetFlag(FLAGS_num_shards)}, 1, 1 << 16);

@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "proto/ps.pb.h"
+#include "tests/testing/call.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
@@ -114,6 +116,33 @@ TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
     cluster.shard(0).Signal(SIGTERM);
     EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(20)), 0) << log();
   }
+}
+
+// Every malformed string field makes protobuf log a line: a client must not be able to fill the
+// shard's log with them.
+TEST(PsServerLogTest, MalformedHeadersCannotFloodTheLog) {
+  LocalCluster cluster;
+  const absl::Status started = cluster.Start(1, 1, {"--transport=grpc"});
+  ASSERT_TRUE(started.ok()) << started;
+  std::shared_ptr<transport::Transport> grpc = testing::NewTestTransport("grpc");
+  auto connection = grpc->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  for (int i = 0; i < 300; ++i) {
+    transport::Request request;
+    request.method = hetps::v1::METHOD_HELLO;
+    request.header = std::string("\x12\x02\xff\xfe", 4);  // job_id: not UTF-8
+    request.deadline = absl::Now() + absl::Seconds(10);
+    EXPECT_EQ(testing::CallAndWait(**connection, std::move(request)).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  (*connection)->Shutdown();
+  const std::string log = ReadFile(cluster.shard_log(0));
+  size_t lines = 0;
+  for (size_t at = log.find("UTF-8"); at != std::string::npos; at = log.find("UTF-8", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, 10u) << "300 malformed requests, " << lines << " log lines";
 }
 
 // The README's example run a second time against the same shards: the shards hold the first
