@@ -81,12 +81,14 @@ size_t PendingRequest::remaining() const {
 }
 
 void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait,
-                                 Expiry on_expiry) {
+                                 Explainer explain, void* owner, std::shared_ptr<void> context) {
   absl::MutexLock lock(&mu_);
   timers_ = timers;
   deadline_ = deadline;
   max_wait_ = max_wait;
-  on_expiry_ = std::move(on_expiry);
+  explain_ = explain;
+  explain_owner_ = owner;
+  explain_context_ = std::move(context);
 }
 
 void PendingRequest::WaitsForVersion() {
@@ -97,14 +99,17 @@ void PendingRequest::WaitsForVersion() {
       std::min(deadline_, absl::Now() + max_wait_), [weak = weak_from_this(), total] {
         std::shared_ptr<PendingRequest> request = weak.lock();
         if (request == nullptr) return;
-        Expiry on_expiry;
+        Explainer explain;
+        void* owner;
+        std::shared_ptr<void> context;
         {
           absl::MutexLock lock(&request->mu_);
-          on_expiry = std::move(request->on_expiry_);
-          request->on_expiry_ = nullptr;
+          explain = request->explain_;
+          owner = request->explain_owner_;
+          context = std::move(request->explain_context_);
         }
-        if (on_expiry) {
-          on_expiry(request);
+        if (explain != nullptr) {
+          explain(owner, request, context);
           return;
         }
         request->Fail(absl::DeadlineExceededError(absl::StrFormat(

@@ -16,7 +16,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/timer_queue.h"
@@ -49,16 +48,19 @@ class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
   // Number of items not yet complete, for error messages.
   size_t remaining() const;
 
-  // Called when a request's wait ran out; it must Fail the request (with an explanation).
-  using Expiry = absl::AnyInvocable<void(std::shared_ptr<PendingRequest>)>;
+  // Runs when a request's wait ran out and must Fail it, saying why. A plain function with an
+  // owner and a context the request keeps alive, so that setting it allocates nothing.
+  using Explainer = void (*)(void* owner, std::shared_ptr<PendingRequest> request,
+                             const std::shared_ptr<void>& context);
 
   // The request may wait for a later version (in BSP, for the other workers' pushes) until
-  // `deadline`, and at most `max_wait` from when it starts waiting; then `on_expiry` runs (on
-  // the timer thread), or without one the request fails with DeadlineExceeded. The timer is set
+  // `deadline`, and at most `max_wait` from when it starts waiting; then `explain` runs (on the
+  // timer thread), or without one the request fails with DeadlineExceeded. The timer is set
   // when the first item has to wait (WaitsForVersion): most requests are answered at once and
   // cost no timer.
   void SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait,
-                   Expiry on_expiry = nullptr);
+                   Explainer explain = nullptr, void* owner = nullptr,
+                   std::shared_ptr<void> context = nullptr);
   // Called by a partition that parks one of the request's items until a later version.
   void WaitsForVersion();
 
@@ -79,7 +81,9 @@ class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
   TimerQueue* timers_ ABSL_GUARDED_BY(mu_) = nullptr;  // null: no deadline of its own
   absl::Time deadline_ ABSL_GUARDED_BY(mu_);
   absl::Duration max_wait_ ABSL_GUARDED_BY(mu_);
-  Expiry on_expiry_ ABSL_GUARDED_BY(mu_);
+  Explainer explain_ ABSL_GUARDED_BY(mu_) = nullptr;
+  void* explain_owner_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::shared_ptr<void> explain_context_ ABSL_GUARDED_BY(mu_);
   TimerQueue::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not set
 };
 

@@ -147,9 +147,12 @@ absl::Status Shard::CheckRun(uint32_t rank, uint64_t incarnation) const {
     return absl::InvalidArgumentError(
         absl::StrFormat("worker %d: the request names no run (incarnation)", rank));
   }
-  uint64_t current = 0;
-  if (runs_[rank].compare_exchange_strong(current, incarnation) || current == incarnation) {
-    return absl::OkStatus();
+  // Almost always the run Hello set: a plain load, no write to the shared line.
+  uint64_t current = runs_[rank].load(std::memory_order_acquire);
+  if (current == incarnation) return absl::OkStatus();
+  if (current == 0 &&
+      (runs_[rank].compare_exchange_strong(current, incarnation) || current == incarnation)) {
+    return absl::OkStatus();  // the first request after a shard restart names the run
   }
   return absl::FailedPreconditionError(absl::StrFormat(
       "worker rank %d was taken over by another process (run %016x; this one is run %016x): "
@@ -527,13 +530,13 @@ uint64_t Shard::StateDigest() {
         absl::MutexLock lock(&mu);
         ++waiting;
       }
-      const bool posted = owners_[partition->owner()]->Post([&, key = tensor.decl.key(),
-                                                             p = partition.get()] {
-        const uint64_t digest = p->Digest() ^ (uint64_t{p->index()} << 32);
-        absl::MutexLock lock(&mu);
-        parts.emplace_back(key, digest);
-        --waiting;
-      });
+      const bool posted =
+          owners_[partition->owner()]->Post([&, key = tensor.decl.key(), p = partition.get()] {
+            const uint64_t digest = p->Digest() ^ (uint64_t{p->index()} << 32);
+            absl::MutexLock lock(&mu);
+            parts.emplace_back(key, digest);
+            --waiting;
+          });
       if (!posted) {
         absl::MutexLock lock(&mu);
         --waiting;
@@ -541,7 +544,8 @@ uint64_t Shard::StateDigest() {
     }
   });
   absl::MutexLock lock(&mu);
-  mu.Await(absl::Condition(+[](int* left) { return *left == 0; }, &waiting));
+  mu.Await(absl::Condition(
+      +[](int* left) { return *left == 0; }, &waiting));
   std::sort(parts.begin(), parts.end());
   uint64_t hash = 0;
   for (const auto& [key, digest] : parts) hash = hash * 1099511628211ull + (key ^ digest);

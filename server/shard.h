@@ -79,6 +79,7 @@ class Shard final : public transport::RequestHandler {
     FloatFormat format = FloatFormat::kFp32;       // of the item's bytes on the wire
     FloatFormat pull_format = FloatFormat::kFp32;  // of the weights sent back
     transport::Payload gradient;
+    uint64_t wanted_version = 0;  // pulls: the version the weights must have
   };
 
   absl::StatusOr<transport::Response> Hello(const transport::Request& request) const;
@@ -96,8 +97,9 @@ class Shard final : public transport::RequestHandler {
   void Data(transport::Request request, transport::ReplyCallback reply);
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
-  void ExplainWait(std::shared_ptr<PendingRequest> request,
-                   std::shared_ptr<const std::vector<DataItem>> items, const DataCall& call);
+  // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)
+  static void ExplainWait(void* shard, std::shared_ptr<PendingRequest> request,
+                          const std::shared_ptr<void>& items);
 
   absl::Status CheckRank(uint32_t rank) const;
   // The rank's current run is `incarnation`: Hello sets it, the first request after a shard

@@ -186,13 +186,17 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   // A small request is handled on the receiving thread when its owners are idle: waking an
   // owner thread would cost more than the update itself.
   const bool run_here = elements * sizeof(float) <= kRunHereBytes;
+  if (call.pull) {
+    for (DataItem& item : *items) {
+      item.wanted_version =
+          call.push ? PushPullVersion(*item.tensor, call.origin.step) : call.min_version;
+    }
+  }
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
   // A pull may wait for a later version; its deadline counts from when it has to.
   if (call.pull) {
     pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
-                         [this, shared_items, call](std::shared_ptr<PendingRequest> expired) {
-                           ExplainWait(std::move(expired), shared_items, call);
-                         });
+                         &Shard::ExplainWait, this, shared_items);
   }
   for (auto& [owner, owner_slots] : by_owner) {
     auto task = [pending, shared_items, call, metrics = metrics_.get(),
@@ -211,9 +215,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
           }
         }
         if (call.pull) {
-          const uint64_t wanted =
-              call.push ? PushPullVersion(*item.tensor, call.origin.step) : call.min_version;
-          item.partition->Pull(wanted, item.pull_format, pending, slot);
+          item.partition->Pull(item.wanted_version, item.pull_format, pending, slot);
         } else {
           pending->CompleteItem(slot);
         }
@@ -230,8 +232,10 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   }
 }
 
-void Shard::ExplainWait(std::shared_ptr<PendingRequest> request,
-                        std::shared_ptr<const std::vector<DataItem>> items, const DataCall& call) {
+void Shard::ExplainWait(void* shard, std::shared_ptr<PendingRequest> request,
+                        const std::shared_ptr<void>& context) {
+  Shard* self = static_cast<Shard*>(shard);
+  auto items = std::static_pointer_cast<const std::vector<DataItem>>(context);
   struct Explanation {
     absl::Mutex mu;
     size_t owners_left ABSL_GUARDED_BY(mu) = 0;
@@ -249,7 +253,7 @@ void Shard::ExplainWait(std::shared_ptr<PendingRequest> request,
     explanation->owners_left = owners.size();
   }
   // The last owner to report answers the request.
-  auto report = [this, request, explanation, rank = call.origin.rank,
+  auto report = [self, request, explanation,
                  total = items->size()](std::vector<std::string> reasons) {
     std::vector<std::string> all;
     {
@@ -262,28 +266,25 @@ void Shard::ExplainWait(std::shared_ptr<PendingRequest> request,
         all.empty() ? absl::StrFormat("%d of %d partitions did not reach the wanted version",
                                       request->remaining(), total)
                     : absl::StrJoin(all, "; ");
-    LogWarning("shard %d: a pull of worker %d ran out of time: %s", options_.shard_index, rank,
-               why);
+    LogWarning("shard %d: a pull ran out of time: %s", self->options_.shard_index, why);
     request->Fail(absl::DeadlineExceededError(absl::StrFormat(
         "shard %d waited until the deadline: %s (is a worker missing, or started with another "
         "rank?)",
-        options_.shard_index, why)));
+        self->options_.shard_index, why)));
   };
   for (size_t owner : owners) {
-    auto describe = [items, call, owner, report]() mutable {
+    auto describe = [items, owner, report]() mutable {
       std::vector<std::string> reasons;
       for (const DataItem& item : *items) {
         if (item.partition->owner() != owner) continue;
-        const uint64_t wanted =
-            call.push ? PushPullVersion(*item.tensor, call.origin.step) : call.min_version;
-        std::string why = item.partition->DescribeWait(wanted);
+        std::string why = item.partition->DescribeWait(item.wanted_version);
         if (!why.empty()) {
           reasons.push_back(absl::StrFormat("tensor '%s', %s", item.tensor->decl.name(), why));
         }
       }
       report(std::move(reasons));
     };
-    if (!owners_[owner]->Post(absl::AnyInvocable<void()>(describe))) report({});
+    if (!self->owners_[owner]->Post(absl::AnyInvocable<void()>(describe))) report({});
   }
 }
 

@@ -76,11 +76,14 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
 
   void Cancel() { context_.TryCancel(); }
 
-  // Waits until gRPC has finished with the stream and let go of it (after Cancel, gRPC ends
-  // every operation promptly), unless called from the stream's own reactor callback.
-  void AwaitDone() {
-    if (reacting_stream == this) return;
-    done_->WaitForNotification();
+  // Waits until gRPC has finished with the stream and let go of it, unless called from the
+  // stream's own reactor callback. Nothing is freed under the stream if this gives up: it keeps
+  // itself alive until OnDone. The wait is for an orderly teardown only, so it is bounded: gRPC
+  // 1.51 may never finish a write held by flow control after a cancel (seen with a stopped
+  // peer), and then OnDone never comes. False if it gave up.
+  bool AwaitDone(absl::Duration grace) {
+    if (reacting_stream == this) return true;
+    return done_->WaitForNotificationWithTimeout(grace);
   }
 
   void OnWriteDone(bool ok) override {
@@ -250,7 +253,19 @@ void GrpcConnection::Shutdown() {
   tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
   if (stream != nullptr) {
     stream->Cancel();
-    stream->AwaitDone();
+    if (!stream->AwaitDone(absl::Seconds(5))) {
+      LogWarning(
+          "grpc: the stream to %s did not finish within 5 s of its cancellation (a write "
+          "held by flow control?); it is left to finish by itself",
+          address_);
+      // When it does, its context drops its channel reference on a gRPC thread; were that the
+      // last one, gRPC would tear the channel down there, which crashes (seen: SIGBUS in
+      // ~Subchannel). A channel given up on is kept for the life of the process instead.
+      static absl::Mutex abandoned_mu(absl::kConstInit);
+      static auto* abandoned = new std::vector<std::shared_ptr<grpc::Channel>>();
+      absl::MutexLock lock(&abandoned_mu);
+      abandoned->push_back(channel_);
+    }
   }
 }
 
