@@ -192,6 +192,15 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     ASSERT_TRUE(id.ok()) << id.status();
 
     cluster.shard(0).Signal(SIGSTOP);
+    // The signal takes effect asynchronously: wait until the process is stopped ('T').
+    const absl::Time stopping = absl::Now() + absl::Seconds(10);
+    auto stopped = [&] {
+      const std::string stat = ReadFile(absl::StrCat("/proc/", cluster.shard(0).pid(), "/stat"));
+      const size_t paren = stat.rfind(')');
+      return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+    };
+    while (!stopped() && absl::Now() < stopping) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(stopped());
     const std::vector<float> gradient(spec.num_elements, 1.0f);
     std::atomic<bool> stop{false};
     std::atomic<int> started{0};
@@ -213,16 +222,17 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     const absl::Duration took = absl::Now() - start;
     stop.store(true);
     for (std::thread& pusher : pushers) pusher.join();
-    EXPECT_LT(took, absl::Seconds(10)) << "the calls' deadline is 30 s";
-    int ended = 0;
+    // gRPC may take up to its 5 s teardown grace (grpc_connection.cc); calls last up to 30 s.
+    EXPECT_LT(took, absl::Seconds(15)) << "the calls' deadline is 30 s";
+    int ended = 0, failed = 0;
     for (auto& list : operations) {
       for (Operation& operation : list) {
-        const absl::Status status = operation.Wait();
-        EXPECT_FALSE(status.ok());
+        failed += operation.Wait().ok() ? 0 : 1;  // returns: the operation ended
         ++ended;
       }
     }
     EXPECT_GE(ended, 200);
+    EXPECT_EQ(failed, ended) << "no push can have reached a stopped shard";
     client->reset();  // the client goes while the shard is still stopped
     cluster.shard(0).Signal(SIGCONT);
   }
