@@ -11,16 +11,14 @@
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
+#include "tests/server/shard_test_fixture.h"
 #include "tests/testing/call.h"
-#include "tests/testing/test_cluster.h"
-#include "tests/testing/transports.h"
 
 namespace hetps::server {
 namespace {
 
 using transport::Payload;
 
-constexpr uint64_t kElements = 100;  // "t": partitions of 32, 32, 32, 4
 constexpr uint64_t kRun0 = 100, kRun1 = 101;
 
 struct Case {
@@ -31,30 +29,11 @@ struct Case {
   absl::StatusCode code;
 };
 
-class HostileRequestsTest : public ::testing::TestWithParam<std::string> {
+class HostileRequestsTest : public ShardTest {
  protected:
-  void SetUp() override {
-    ServerOptions base;
-    base.max_pending_steps = 2;
-    auto cluster = testing::TestCluster::Start(GetParam(), 2, 2, base);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-    transport_ = cluster_->inproc();
-    if (transport_ == nullptr) transport_ = testing::NewTestTransport(GetParam());
-    auto connection =
-        transport_->Connect(cluster_->addresses()[0], absl::Now() + absl::Seconds(10));
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    shard0_ = *std::move(connection);
-    for (uint32_t p = 0; p < 4; ++p) {
-      if (ShardOfPartition(TensorKeyFromName("t"), p, 2) == 0) mine_.push_back(p);
-    }
-    ASSERT_FALSE(mine_.empty());
-  }
-  void TearDown() override {
-    if (shard0_) shard0_->Shutdown();
-  }
-
-  absl::Status Call(uint32_t method, const std::string& header, const std::string& payload = "") {
+  // One call on the raw connection to shard 0, header and payload as bytes.
+  absl::Status CallRaw(uint32_t method, const std::string& header,
+                       const std::string& payload = "") {
     transport::Request request;
     request.method = method;
     request.header = header;
@@ -64,16 +43,6 @@ class HostileRequestsTest : public ::testing::TestWithParam<std::string> {
     return testing::CallAndWait(*shard0_, std::move(request)).status();
   }
 
-  static hetps::v1::HelloRequest Hello(uint32_t rank, uint64_t run) {
-    hetps::v1::HelloRequest hello;
-    hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
-    hello.set_job_id("hetps");
-    hello.set_world_size(2);
-    hello.set_worker_rank(rank);
-    hello.set_num_shards(2);
-    hello.set_incarnation(run);
-    return hello;
-  }
   static hetps::v1::DeclareRequest Declare(const std::string& name, uint64_t elements,
                                            hetps::v1::SyncMode sync) {
     hetps::v1::DeclareRequest declare;
@@ -90,8 +59,8 @@ class HostileRequestsTest : public ::testing::TestWithParam<std::string> {
     (*decl->mutable_optimizer()->mutable_params())["lr"] = 0.1;
     return declare;
   }
-  static hetps::v1::PartitionItem Item(const std::string& name, uint32_t partition,
-                                       uint64_t bytes) {
+  static hetps::v1::PartitionItem ItemOf(const std::string& name, uint32_t partition,
+                                         uint64_t bytes) {
     hetps::v1::PartitionItem item;
     item.set_tensor_key(TensorKeyFromName(name));
     item.set_partition(partition);
@@ -114,16 +83,11 @@ class HostileRequestsTest : public ::testing::TestWithParam<std::string> {
     push.set_sequence(step + 1);
     payload->clear();
     for (uint32_t p : mine_) {
-      *push.add_items() = Item("t", p, Bytes(p));
+      *push.add_items() = ItemOf("t", p, Bytes(p));
       *payload += Ones(Bytes(p));
     }
     return push;
   }
-
-  std::unique_ptr<testing::TestCluster> cluster_;
-  std::shared_ptr<transport::Transport> transport_;
-  std::unique_ptr<transport::Connection> shard0_;
-  std::vector<uint32_t> mine_;
 };
 
 TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
@@ -131,30 +95,30 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
   using hetps::v1::Method;
   // A shard with some history: both workers said hello, "t" (BSP) applied step 0, "a" (ASP)
   // took one push, and barrier 1 completed.
-  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(0, kRun0).SerializeAsString()).ok());
-  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(1, kRun1).SerializeAsString()).ok());
-  ASSERT_TRUE(Call(hetps::v1::METHOD_DECLARE,
-                   Declare("t", kElements, hetps::v1::SYNC_MODE_BSP).SerializeAsString())
+  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_HELLO, Hello(0, kRun0).SerializeAsString()).ok());
+  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_HELLO, Hello(1, kRun1).SerializeAsString()).ok());
+  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_DECLARE,
+                      Declare("t", kElements, hetps::v1::SYNC_MODE_BSP).SerializeAsString())
                   .ok());
   std::string a_name;
   for (int i = 0; a_name.empty() || ShardOfPartition(TensorKeyFromName(a_name), 0, 2) != 0; ++i) {
     a_name = absl::StrCat("a", i);
   }
-  ASSERT_TRUE(Call(hetps::v1::METHOD_DECLARE,
-                   Declare(a_name, 16, hetps::v1::SYNC_MODE_ASP).SerializeAsString())
+  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_DECLARE,
+                      Declare(a_name, 16, hetps::v1::SYNC_MODE_ASP).SerializeAsString())
                   .ok());
   std::string payload;
   for (auto [rank, run] : {std::pair{0u, kRun0}, std::pair{1u, kRun1}}) {
-    ASSERT_TRUE(
-        Call(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 0, &payload).SerializeAsString(), payload)
-            .ok());
+    ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 0, &payload).SerializeAsString(),
+                        payload)
+                    .ok());
   }
   hetps::v1::PushRequest asp;
   asp.set_worker_rank(0);
   asp.set_incarnation(kRun0);
   asp.set_sequence(10);
-  *asp.add_items() = Item(a_name, 0, 64);
-  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, asp.SerializeAsString(), Ones(64)).ok());
+  *asp.add_items() = ItemOf(a_name, 0, 64);
+  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, asp.SerializeAsString(), Ones(64)).ok());
   hetps::v1::BarrierRequest barrier;
   barrier.set_generation(1);
   std::vector<std::thread> arrivals;
@@ -162,7 +126,7 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
     barrier.set_worker_rank(rank);
     barrier.set_incarnation(run);
     arrivals.emplace_back([this, header = barrier.SerializeAsString()] {
-      EXPECT_TRUE(Call(hetps::v1::METHOD_BARRIER, header).ok());
+      EXPECT_TRUE(CallRaw(hetps::v1::METHOD_BARRIER, header).ok());
     });
   }
   for (std::thread& arrival : arrivals) arrival.join();
@@ -246,46 +210,46 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
     for (auto& item : items) *push.add_items() = item;
     return push;
   };
-  hetps::v1::PartitionItem item = Item("t", p, Bytes(p));
+  hetps::v1::PartitionItem item = ItemOf("t", p, Bytes(p));
   item.set_tensor_key(12345);
   add("push: unknown tensor", hetps::v1::METHOD_PUSH, push_of({item}), Ones(Bytes(p)),
       Code::kNotFound);
-  add("push: partition out of range", hetps::v1::METHOD_PUSH, push_of({Item("t", 9, 16)}), Ones(16),
-      Code::kOutOfRange);
+  add("push: partition out of range", hetps::v1::METHOD_PUSH, push_of({ItemOf("t", 9, 16)}),
+      Ones(16), Code::kOutOfRange);
   for (uint32_t q = 0; q < 4; ++q) {
     if (ShardOfPartition(TensorKeyFromName("t"), q, 2) != 0) {
       add("push: another shard's partition", hetps::v1::METHOD_PUSH,
-          push_of({Item("t", q, Bytes(q))}), Ones(Bytes(q)), Code::kFailedPrecondition);
+          push_of({ItemOf("t", q, Bytes(q))}), Ones(Bytes(q)), Code::kFailedPrecondition);
       break;
     }
   }
-  item = Item("t", p, Bytes(p));
+  item = ItemOf("t", p, Bytes(p));
   item.set_dtype(static_cast<hetps::v1::DType>(9));
   add("push: unknown dtype", hetps::v1::METHOD_PUSH, push_of({item}), Ones(Bytes(p)),
       Code::kInvalidArgument);
   add("push: wrong size for the partition", hetps::v1::METHOD_PUSH,
-      push_of({Item("t", p, Bytes(p) - 4)}), Ones(Bytes(p) - 4), Code::kInvalidArgument);
+      push_of({ItemOf("t", p, Bytes(p) - 4)}), Ones(Bytes(p) - 4), Code::kInvalidArgument);
   add("push: payload shorter than announced", hetps::v1::METHOD_PUSH,
-      push_of({Item("t", p, Bytes(p))}), Ones(Bytes(p) - 4), Code::kInvalidArgument);
+      push_of({ItemOf("t", p, Bytes(p))}), Ones(Bytes(p) - 4), Code::kInvalidArgument);
   add("push: payload longer than announced", hetps::v1::METHOD_PUSH,
-      push_of({Item("t", p, Bytes(p))}), Ones(Bytes(p) + 4), Code::kInvalidArgument);
+      push_of({ItemOf("t", p, Bytes(p))}), Ones(Bytes(p) + 4), Code::kInvalidArgument);
   add("push: no items", hetps::v1::METHOD_PUSH, push_of({}), "", Code::kInvalidArgument);
   add("push: one partition twice", hetps::v1::METHOD_PUSH,
-      push_of({Item("t", p, Bytes(p)), Item("t", p, Bytes(p))}), Ones(2 * Bytes(p)),
+      push_of({ItemOf("t", p, Bytes(p)), ItemOf("t", p, Bytes(p))}), Ones(2 * Bytes(p)),
       Code::kInvalidArgument);
-  add("push: step too far ahead", hetps::v1::METHOD_PUSH, push_of({Item("t", p, Bytes(p))}, 9),
+  add("push: step too far ahead", hetps::v1::METHOD_PUSH, push_of({ItemOf("t", p, Bytes(p))}, 9),
       Ones(Bytes(p)), Code::kFailedPrecondition);
-  hetps::v1::PushRequest forged = push_of({Item("t", p, Bytes(p))});
+  hetps::v1::PushRequest forged = push_of({ItemOf("t", p, Bytes(p))});
   forged.set_worker_rank(5);
   add("push: rank out of range", hetps::v1::METHOD_PUSH, forged, Ones(Bytes(p)),
       Code::kInvalidArgument);
-  forged = push_of({Item("t", p, Bytes(p))});
+  forged = push_of({ItemOf("t", p, Bytes(p))});
   forged.set_incarnation(0);
   add("push: no run", hetps::v1::METHOD_PUSH, forged, Ones(Bytes(p)), Code::kInvalidArgument);
   forged.set_incarnation(kRun1);
   add("push: another worker's run", hetps::v1::METHOD_PUSH, forged, Ones(Bytes(p)),
       Code::kFailedPrecondition);
-  forged = push_of({Item("t", p, Bytes(p))}, 0);
+  forged = push_of({ItemOf("t", p, Bytes(p))}, 0);
   forged.set_worker_rank(1);
   forged.set_incarnation(kRun1);
   add("push: an applied step again, forged as another run's", hetps::v1::METHOD_PUSH, forged,
@@ -300,7 +264,7 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
       {"push: not a message", hetps::v1::METHOD_PUSH, "\x22\x05\x08", "", Code::kInvalidArgument});
   // Pulls, barriers, hyperparameters, echo, unknown methods.
   hetps::v1::PullRequest pull;
-  *pull.add_items() = Item("t", p, 0);
+  *pull.add_items() = ItemOf("t", p, 0);
   add("pull: with a payload", hetps::v1::METHOD_PULL, pull, "xx", Code::kInvalidArgument);
   pull.mutable_items(0)->set_tensor_key(777);
   add("pull: unknown tensor", hetps::v1::METHOD_PULL, pull, "", Code::kNotFound);
@@ -336,20 +300,20 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
 
   ASSERT_GE(cases.size(), 30u);
   for (const Case& c : cases) {
-    const absl::Status status = Call(c.method, c.header, c.payload);
+    const absl::Status status = CallRaw(c.method, c.header, c.payload);
     EXPECT_EQ(status.code(), c.code) << c.what << ": " << status;
   }
   EXPECT_EQ(cluster_->shard(0).StateDigest(), before) << "a refused request changed the shard";
 
   // A well-behaved worker pair still trains: step 1 of "t" on shard 0.
   for (auto [rank, run] : {std::pair{0u, kRun0}, std::pair{1u, kRun1}}) {
-    ASSERT_TRUE(
-        Call(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 1, &payload).SerializeAsString(), payload)
-            .ok());
+    ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 1, &payload).SerializeAsString(),
+                        payload)
+                    .ok());
   }
   hetps::v1::PullRequest after;
   after.set_min_version(2);
-  *after.add_items() = Item("t", p, 0);
+  *after.add_items() = ItemOf("t", p, 0);
   transport::Request request;
   request.method = hetps::v1::METHOD_PULL;
   request.header = after.SerializeAsString();
