@@ -314,7 +314,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
     workers[w].runner = std::make_unique<HetpsRunner>(workers[w].client.get(), transport,
                                                       options.rank, plan.world_size);
     HETPS_ASSIGN_OR_RETURN(workers[w].floor,
-                           FloorRunner::Connect(transport, servers, plan.timeout));
+                           FloorRunner::Connect(transport, options, plan.timeout));
   }
 
   std::vector<BenchResult> results;

@@ -16,6 +16,7 @@
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "proto/ps.pb.h"
+#include "worker/internal/wire_format.h"
 
 namespace hetps::bench {
 namespace {
@@ -392,15 +393,20 @@ absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& se
 }
 
 absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(
-    std::shared_ptr<transport::Transport> transport, const std::vector<std::string>& servers,
+    std::shared_ptr<transport::Transport> transport, const ClientOptions& options,
     absl::Duration call_timeout) {
   std::unique_ptr<FloorRunner> runner(new FloorRunner());
   runner->transport_ = std::move(transport);
   runner->call_timeout_ = call_timeout;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  for (const std::string& address : servers) {
+  const uint64_t incarnation = internal::NewIncarnation();
+  const auto num_shards = static_cast<uint32_t>(options.servers.size());
+  for (uint32_t shard = 0; shard < num_shards; ++shard) {
+    transport::ConnectOptions connect;
+    connect.greeting =
+        internal::MakeHello(options, shard, num_shards, incarnation).SerializeAsString();
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<transport::Connection> connection,
-                           runner->transport_->Connect(address, deadline));
+                           runner->transport_->Connect(options.servers[shard], deadline, connect));
     runner->connections_.push_back(std::move(connection));
   }
   return runner;

@@ -80,8 +80,10 @@ class HetpsRunner {
 // The floor: echo calls straight over the transport to every shard.
 class FloorRunner {
  public:
+  // Connects to `options.servers` as the worker `options` describes (shards admit only
+  // connections that introduce themselves).
   static absl::StatusOr<std::unique_ptr<FloorRunner>> Connect(
-      std::shared_ptr<transport::Transport> transport, const std::vector<std::string>& servers,
+      std::shared_ptr<transport::Transport> transport, const ClientOptions& options,
       absl::Duration call_timeout);
   // Runs `iterations` operations (as measured by HetpsRunner) after `settings.warmup` ones.
   absl::StatusOr<WorkerMeasurement> Measure(const MeasureSettings& settings, int iterations);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace hetps::server {
 
@@ -14,9 +15,11 @@ struct ShardMetrics {
   std::atomic<uint64_t> payload_bytes_received{0};
   std::atomic<uint64_t> payload_bytes_sent{0};
   std::atomic<uint64_t> failed_requests{0};
-  std::atomic<uint64_t> pushes_refused{0};  // push items answered with an error, not applied
+  std::atomic<uint64_t> pushes_refused{0};   // push items answered with an error, not applied
+  std::atomic<int64_t> requests_waiting{0};  // now, not a total
 
-  static void Add(std::atomic<uint64_t>& counter, uint64_t n) {
+  template <typename Counter>
+  static void Add(std::atomic<Counter>& counter, std::type_identity_t<Counter> n) {
     counter.fetch_add(n, std::memory_order_relaxed);
   }
 };

@@ -65,6 +65,7 @@ void PendingRequest::Reply(absl::StatusOr<transport::Response> result) {
     snapshots_.clear();
     timers = timers_;
     timer = timer_;
+    if (waited_) ShardMetrics::Add(metrics_->requests_waiting, -1);
   }
   if (timer != 0) timers->Cancel(timer);
   reply(std::move(result));
@@ -81,8 +82,11 @@ size_t PendingRequest::remaining() const {
 }
 
 void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait,
-                                 Explainer explain, void* owner, std::shared_ptr<void> context) {
+                                 Explainer explain, void* owner, std::shared_ptr<void> context,
+                                 WaitingRequests* waiting, uint64_t connection) {
   absl::MutexLock lock(&mu_);
+  waiting_ = waiting;
+  connection_ = connection;
   timers_ = timers;
   deadline_ = deadline;
   max_wait_ = max_wait;
@@ -92,8 +96,22 @@ void PendingRequest::SetDeadline(TimerQueue* timers, absl::Time deadline, absl::
 }
 
 void PendingRequest::WaitsForVersion() {
-  absl::MutexLock lock(&mu_);
-  if (finished_ || timers_ == nullptr || timer_ != 0) return;
+  WaitingRequests* waiting = nullptr;
+  uint64_t connection = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || timers_ == nullptr || timer_ != 0) return;
+    StartTimerLocked();
+    ShardMetrics::Add(metrics_->requests_waiting, 1);
+    waited_ = true;
+    waiting = waiting_;
+    connection = connection_;
+  }
+  // Outside mu_: the registry looks at other requests' state under its own lock.
+  if (waiting != nullptr && connection != 0) waiting->Add(connection, weak_from_this());
+}
+
+void PendingRequest::StartTimerLocked() {
   const size_t total = items_.size();
   timer_ = timers_->Schedule(
       std::min(deadline_, absl::Now() + max_wait_), [weak = weak_from_this(), total] {
@@ -117,6 +135,45 @@ void PendingRequest::WaitsForVersion() {
             "(is a worker missing?)",
             request->remaining(), total)));
       });
+}
+
+void WaitingRequests::Add(uint64_t connection, std::weak_ptr<PendingRequest> request) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::weak_ptr<PendingRequest>>& list = waiting_[connection];
+  // Forget the requests that ended, whenever the list has doubled since it was last cleaned.
+  if (list.size() >= 16 && (list.size() & (list.size() - 1)) == 0) {
+    std::erase_if(list, [](const std::weak_ptr<PendingRequest>& weak) {
+      std::shared_ptr<PendingRequest> alive = weak.lock();
+      return alive == nullptr || alive->finished();
+    });
+  }
+  list.push_back(std::move(request));
+}
+
+void WaitingRequests::FailAll(uint64_t connection, const absl::Status& status) {
+  std::vector<std::weak_ptr<PendingRequest>> list;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiting_.find(connection);
+    if (it == waiting_.end()) return;
+    list = std::move(it->second);
+    waiting_.erase(it);
+  }
+  for (const auto& weak : list) {
+    if (std::shared_ptr<PendingRequest> request = weak.lock()) request->Fail(status);
+  }
+}
+
+size_t WaitingRequests::Count(uint64_t connection) {
+  absl::MutexLock lock(&mu_);
+  auto it = waiting_.find(connection);
+  if (it == waiting_.end()) return 0;
+  size_t count = 0;
+  for (const auto& weak : it->second) {
+    std::shared_ptr<PendingRequest> request = weak.lock();
+    count += request != nullptr && !request->finished();
+  }
+  return count;
 }
 
 }  // namespace hetps::server

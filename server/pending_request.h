@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -31,6 +32,24 @@ namespace hetps::server {
 struct WeightsSnapshot {
   transport::Payload bytes;
   uint64_t version = 0;
+};
+
+class PendingRequest;
+
+// The requests that wait for a version, by the connection they came on: when a client
+// disconnects, its waiting pulls are let go at once instead of at their deadlines.
+class WaitingRequests {
+ public:
+  void Add(uint64_t connection, std::weak_ptr<PendingRequest> request);
+  // Fails every waiting request of `connection` with `status`, and forgets the connection.
+  void FailAll(uint64_t connection, const absl::Status& status);
+  // Requests of `connection` still waiting (tests).
+  size_t Count(uint64_t connection);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::vector<std::weak_ptr<PendingRequest>>> waiting_
+      ABSL_GUARDED_BY(mu_);
 };
 
 class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
@@ -57,15 +76,17 @@ class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
   // `deadline`, and at most `max_wait` from when it starts waiting; then `explain` runs (on the
   // timer thread), or without one the request fails with DeadlineExceeded. The timer is set
   // when the first item has to wait (WaitsForVersion): most requests are answered at once and
-  // cost no timer.
+  // cost no timer. Then too, a request with a `connection` (not 0) joins `waiting`.
   void SetDeadline(TimerQueue* timers, absl::Time deadline, absl::Duration max_wait,
                    Explainer explain = nullptr, void* owner = nullptr,
-                   std::shared_ptr<void> context = nullptr);
+                   std::shared_ptr<void> context = nullptr, WaitingRequests* waiting = nullptr,
+                   uint64_t connection = 0);
   // Called by a partition that parks one of the request's items until a later version.
   void WaitsForVersion();
 
  private:
   void Reply(absl::StatusOr<transport::Response> result) ABSL_LOCKS_EXCLUDED(mu_);
+  void StartTimerLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const bool returns_weights_;
   const std::string ack_header_;
@@ -85,6 +106,9 @@ class PendingRequest : public std::enable_shared_from_this<PendingRequest> {
   void* explain_owner_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::shared_ptr<void> explain_context_ ABSL_GUARDED_BY(mu_);
   TimerQueue::TimerId timer_ ABSL_GUARDED_BY(mu_) = 0;  // 0: not set
+  WaitingRequests* waiting_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool waited_ ABSL_GUARDED_BY(mu_) = false;  // counted in metrics_->requests_waiting
+  uint64_t connection_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hetps::server

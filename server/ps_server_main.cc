@@ -4,9 +4,12 @@
 //   ps-server --host 0.0.0.0 --port 7000 --shard_index 0 --num_shards 2 --num_workers 4
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -52,6 +55,16 @@ ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "address, UCX's choice otherwise");
 ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin instead of sleeping when idle (lower latency, one busy CPU)");
+ABSL_FLAG(double, idle_timeout_s, 600,
+          "Close a worker's connection after this many seconds with nothing in progress (the "
+          "worker reconnects when it next calls); also the limit for a connection that never "
+          "sends anything. 0: never");
+ABSL_FLAG(double, keepalive_s, 10,
+          "Ping a silent worker after this many seconds, and close its connection when the ping "
+          "is not answered within as many more (a worker gone without a word)");
+ABSL_FLAG(uint64_t, max_unsent_reply_bytes, 256 << 20,
+          "Per connection: while the replies a worker has not taken exceed this, the shard "
+          "reads no more of its requests");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -87,6 +100,17 @@ void RateLimitedProtobufLog(google::protobuf::LogLevel level, const char* file, 
                     suppressed.exchange(0));
 }
 
+// Every worker connection is a file descriptor: a shard serving many workers (or facing many
+// idle connections until they time out) must not run out at the usual soft limit of 1024.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    hetps::LogWarning("cannot raise the open-file limit: %s", std::strerror(errno));
+  }
+}
+
 bool WritePortFile(const std::string& path, int port) {
   const std::string temporary = path + ".tmp";
   {
@@ -120,6 +144,10 @@ int main(int argc, char** argv) {
                      1 << 16);
   RequireFlagInRange("max_wait_s", absl::GetFlag(FLAGS_max_wait_s), 0.001, 1e7);
   RequireFlagInRange("lifetime_s", absl::GetFlag(FLAGS_lifetime_s), 0, 1e9);
+  RequireFlagInRange("idle_timeout_s", absl::GetFlag(FLAGS_idle_timeout_s), 0, 1e7);
+  RequireFlagInRange("keepalive_s", absl::GetFlag(FLAGS_keepalive_s), 0.1, 1e5);
+  RequireFlagInRange("max_unsent_reply_bytes", absl::GetFlag(FLAGS_max_unsent_reply_bytes), 1 << 20,
+                     uint64_t{1} << 40);
 
   // Signals are taken by sigtimedwait below, so every thread started from here blocks them.
   // SIGHUP too: no library (UCX takes it for its debug mode) may act on it.
@@ -129,6 +157,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  RaiseOpenFileLimit();
 
   hetps::server::ServerOptions options;
   options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
@@ -144,6 +173,12 @@ int main(int argc, char** argv) {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  const double idle_timeout_s = absl::GetFlag(FLAGS_idle_timeout_s);
+  options.idle_timeout =
+      idle_timeout_s == 0 ? absl::InfiniteDuration() : absl::Seconds(idle_timeout_s);
+  options.keepalive_interval = absl::Seconds(absl::GetFlag(FLAGS_keepalive_s));
+  options.keepalive_timeout = options.keepalive_interval;
+  options.max_unsent_reply_bytes = absl::GetFlag(FLAGS_max_unsent_reply_bytes);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

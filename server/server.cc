@@ -38,6 +38,18 @@ absl::Status ValidateOptions(const ServerOptions& options) {
 
 }  // namespace
 
+transport::TransportOptions TransportOptionsFor(const ServerOptions& options) {
+  transport::TransportOptions transport_options;
+  transport_options.max_message_bytes = options.max_message_bytes;
+  transport_options.ucx_net_devices = options.ucx_net_devices;
+  transport_options.ucx_busy_poll = options.ucx_busy_poll;
+  transport_options.idle_timeout = options.idle_timeout;
+  transport_options.keepalive_interval = options.keepalive_interval;
+  transport_options.keepalive_timeout = options.keepalive_timeout;
+  transport_options.max_unsent_reply_bytes = options.max_unsent_reply_bytes;
+  return transport_options;
+}
+
 absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOptions& options) {
   ConfigureRuntime();
   HETPS_RETURN_IF_ERROR(ValidateOptions(options));
@@ -45,10 +57,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   if (options.transport_instance != nullptr) {
     server->transport_ = options.transport_instance;
   } else {
-    transport::TransportOptions transport_options;
-    transport_options.max_message_bytes = options.max_message_bytes;
-    transport_options.ucx_net_devices = options.ucx_net_devices;
-    transport_options.ucx_busy_poll = options.ucx_busy_poll;
+    const transport::TransportOptions transport_options = TransportOptionsFor(options);
     HETPS_ASSIGN_OR_RETURN(server->transport_,
                            transport::CreateTransport(options.transport, transport_options));
   }

@@ -60,6 +60,14 @@ struct ServerOptions {
   bool ucx_busy_poll = false;
   // Largest message accepted or sent; clients learn it when they connect.
   size_t max_message_bytes = 64 << 20;
+  // Connections (see transport::TransportOptions): one with nothing in progress for
+  // idle_timeout is closed (workers reconnect by themselves); a silent peer is found by
+  // keepalive pings; a worker's replies not yet taken beyond max_unsent_reply_bytes stop the
+  // shard reading its requests. Ignored with transport_instance, which has its own.
+  absl::Duration idle_timeout = absl::Minutes(10);
+  absl::Duration keepalive_interval = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  size_t max_unsent_reply_bytes = 256 << 20;
 
   // --- Affects performance ---
 
@@ -67,6 +75,9 @@ struct ServerOptions {
   int threads = 0;
   static constexpr int kMaxThreads = 1024;
 };
+
+// The transport settings `options` asks for (what a shard passes to CreateTransport).
+transport::TransportOptions TransportOptionsFor(const ServerOptions& options);
 
 class ShardServer {
  public:

@@ -160,8 +160,7 @@ absl::Status Shard::CheckRun(uint32_t rank, uint64_t incarnation) const {
       rank, current, incarnation, rank));
 }
 
-absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
-  HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
+absl::Status Shard::CheckHello(const hetps::v1::HelloRequest& hello) const {
   if (hello.protocol_version() != hetps::v1::PROTOCOL_VERSION_CURRENT) {
     return absl::FailedPreconditionError(
         absl::StrFormat("client speaks protocol version %d; this server speaks version %d",
@@ -187,6 +186,31 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
         "(check the order of the server list)",
         hello.shard_index(), hello.num_shards(), options_.shard_index, options_.num_shards));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
+  if (connection.greeting.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d: the connection did not say who it is (a hetps client sends its hello when it "
+        "connects: an older client, or not a hetps worker?)",
+        options_.shard_index));
+  }
+  hetps::v1::HelloRequest hello;
+  if (!hello.ParseFromString(connection.greeting)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("shard %d: the connection's greeting is malformed", options_.shard_index));
+  }
+  return CheckHello(hello);
+}
+
+void Shard::Disconnected(uint64_t connection_id) {
+  waiting_.FailAll(connection_id, absl::CancelledError("the client disconnected"));
+}
+
+absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
+  HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
+  HETPS_RETURN_IF_ERROR(CheckHello(hello));
   // A new run of this rank takes it over: requests of the one before are refused from now on.
   const uint64_t previous = runs_[hello.worker_rank()].exchange(hello.incarnation());
   if (previous != 0 && previous != hello.incarnation()) {
@@ -577,6 +601,8 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_payload_bytes_sent(metrics_->payload_bytes_sent.load());
   stats.set_failed_requests(metrics_->failed_requests.load());
   stats.set_pushes_refused(metrics_->pushes_refused.load());
+  stats.set_requests_waiting(
+      static_cast<uint64_t>(std::max<int64_t>(0, metrics_->requests_waiting.load())));
   return stats;
 }
 

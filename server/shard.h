@@ -24,6 +24,7 @@
 #include "proto/ps.pb.h"
 #include "server/barrier.h"
 #include "server/metrics.h"
+#include "server/pending_request.h"
 #include "server/tensor_table.h"
 #include "transport/transport.h"
 
@@ -52,7 +53,12 @@ class Shard final : public transport::RequestHandler {
   explicit Shard(const ShardOptions& options);
   ~Shard() override;
 
+  // A connection is admitted on its greeting, the worker's HelloRequest: what Hello checks
+  // (protocol version, job, world size, rank, shard order) holds for all its requests.
+  absl::Status Admit(const transport::ConnectionInfo& connection) override;
   void HandleRequest(transport::Request request, transport::ReplyCallback reply) override;
+  // Lets go of the pulls its requests left waiting.
+  void Disconnected(uint64_t connection_id) override;
 
   // Answers waiting pulls and barriers with Unavailable and stops the owner threads; later
   // requests are answered Unavailable. Idempotent.
@@ -83,6 +89,8 @@ class Shard final : public transport::RequestHandler {
   };
 
   absl::StatusOr<transport::Response> Hello(const transport::Request& request) const;
+  // What a connection's greeting and the Hello method both check.
+  absl::Status CheckHello(const hetps::v1::HelloRequest& hello) const;
   void Declare(transport::Request request, transport::ReplyCallback reply);
   void DeclareNow(transport::Request request, transport::ReplyCallback reply);
   absl::StatusOr<hetps::v1::DeclareRequest> CheckDeclaration(
@@ -128,6 +136,7 @@ class Shard final : public transport::RequestHandler {
   const std::shared_ptr<ShardMetrics> metrics_;
 
   std::unique_ptr<TimerQueue> timers_;
+  WaitingRequests waiting_;  // pulls that wait, by connection
   BarrierCoordinator barrier_;
   TensorTable table_;
   std::vector<std::unique_ptr<TaskThread>> owners_;

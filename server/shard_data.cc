@@ -196,7 +196,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   // A pull may wait for a later version; its deadline counts from when it has to.
   if (call.pull) {
     pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
-                         &Shard::ExplainWait, this, shared_items);
+                         &Shard::ExplainWait, this, shared_items, &waiting_, request.connection);
   }
   for (auto& [owner, owner_slots] : by_owner) {
     auto task = [pending, shared_items, call, metrics = metrics_.get(),

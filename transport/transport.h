@@ -40,6 +40,8 @@ struct Request {
   Payload payload;
   // Client side: when the caller stops waiting. Server side: the same moment, as received.
   absl::Time deadline = absl::InfiniteFuture();
+  // Server side: the connection the request came on (ConnectionInfo::id).
+  uint64_t connection = 0;
   // Client side, optional: where the response's payload should end up, in order. A transport
   // that can (UCX) receives a payload of exactly this size straight into these spans and the
   // response's payload then refers to them; others ignore it. The memory must stay valid until
@@ -82,13 +84,42 @@ class Connection {
   virtual const std::string& address() const = 0;
 };
 
+// How a client introduces itself on every connection it opens (a reconnection too).
+struct ConnectOptions {
+  // Opaque to the transport, handed to the server's RequestHandler::Admit (hetps: the worker's
+  // HelloRequest). Small: it travels in gRPC metadata.
+  std::string greeting;
+};
+
+// Server side: one client connection, as its handler sees it.
+struct ConnectionInfo {
+  // Unique among the connections of this process; requests carry it (Request::connection).
+  uint64_t id = 0;
+  // The client's address as the transport knows it ("ipv4:10.0.0.1:50212").
+  std::string peer;
+  // ConnectOptions::greeting, or empty when the client sent none.
+  std::string greeting;
+};
+
 // Server-side logic behind a Listener.
 class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
+
+  // Called once per connection, on a transport thread, before any of its requests reaches
+  // HandleRequest. An error refuses the connection: the transport answers each of its requests
+  // with that error itself, so what Admit checks holds for every request of the connection.
+  virtual absl::Status Admit(const ConnectionInfo& connection) { return absl::OkStatus(); }
+
   // Handles one request and calls `reply` exactly once, now or later, from any thread. Runs on
   // a transport thread: it must hand long work elsewhere instead of blocking.
   virtual void HandleRequest(Request request, ReplyCallback reply) = 0;
+
+  // Called once when an admitted connection has ended: the client left or broke, it was idle
+  // (or silent) too long, or the listener shut down. Replies to its requests go nowhere from
+  // now on, so requests that wait can be let go. May run while requests of the connection are
+  // still in HandleRequest on other threads.
+  virtual void Disconnected(uint64_t connection_id) {}
 };
 
 class Listener {
@@ -109,6 +140,22 @@ struct TransportOptions {
   std::string ucx_net_devices = "auto";
   std::string ucx_tls;
   bool ucx_busy_poll = false;
+
+  // Liveness: each end pings the other after this long without traffic, and a connection whose
+  // ping is not answered within keepalive_timeout is closed (its calls fail with Unavailable;
+  // the client reconnects on its next call). gRPC: HTTP/2 pings; UCX: the client checks the
+  // server over its bootstrap connection.
+  absl::Duration keepalive_interval = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(10);
+  // Server side: a connection with no request in progress and none received for this long is
+  // closed (a client reconnects by itself when it next calls); so is one that connects and
+  // never sends a request. absl::InfiniteDuration(): never.
+  absl::Duration idle_timeout = absl::Minutes(10);
+  // Server side, per connection: while its replies not yet taken by the client exceed this many
+  // bytes, or this many of its requests are in progress, the server reads no more of its
+  // requests (a client that never reads cannot make the server queue without bound).
+  size_t max_unsent_reply_bytes = 256 << 20;
+  size_t max_requests_in_progress = 4096;
 };
 
 class Transport {
@@ -122,9 +169,15 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address,
                                                            RequestHandler* handler) = 0;
 
-  // Connects to `address`; Unavailable if it cannot be reached before `deadline`.
+  // Connects to `address`; Unavailable if it cannot be reached before `deadline`. A server
+  // that refuses the greeting (RequestHandler::Admit) answers every call with its reason.
   virtual absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
-                                                              absl::Time deadline) = 0;
+                                                              absl::Time deadline,
+                                                              const ConnectOptions& options) = 0;
+  absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
+                                                      absl::Time deadline) {
+    return Connect(address, deadline, ConnectOptions());
+  }
 
   // For a thread about to block until some of its calls complete: moves the transport's client
   // side along from this thread until `done()`, where that is faster than waiting for a

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,21 +93,13 @@ absl::StatusOr<PartitionRun> SelectPartitions(const DeclaredTensor& tensor, Part
   return run;
 }
 
-// A random non-zero run id: two runs of one worker must not pick the same one.
-uint64_t NewIncarnation() {
-  std::random_device device;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
-  return id;
-}
-
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport)
       : options_(options),
         transport_(std::move(transport)),
         timers_(std::make_unique<TimerQueue>()),
-        incarnation_(NewIncarnation()) {}
+        incarnation_(internal::NewIncarnation()) {}
 
   ~ClientImpl() override {
     Shutdown();
@@ -168,11 +159,19 @@ class ClientImpl final : public Client {
 
 absl::Status ClientImpl::Connect() {
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  const auto num_shards = static_cast<uint32_t>(options_.servers.size());
   std::vector<std::shared_ptr<ShardChannel>> channels;
-  for (uint32_t shard = 0; shard < options_.servers.size(); ++shard) {
+  std::vector<std::string> headers;
+  for (uint32_t shard = 0; shard < num_shards; ++shard) {
     const std::string& address = options_.servers[shard];
+    // The hello goes twice: as the greeting of every connection (the shard admits each on it)
+    // and as the Hello call, which also makes this run the rank's current one.
+    headers.push_back(
+        internal::MakeHello(options_, shard, num_shards, incarnation_).SerializeAsString());
+    transport::ConnectOptions connect;
+    connect.greeting = headers.back();
     absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
-        transport_->Connect(address, deadline);
+        transport_->Connect(address, deadline, connect);
     if (!connection.ok()) {
       return absl::Status(
           connection.status().code(),
@@ -184,18 +183,6 @@ absl::Status ClientImpl::Connect() {
   {
     absl::MutexLock lock(&mu_);
     channels_ = std::make_shared<const ChannelList>(channels);
-  }
-  std::vector<std::string> headers;
-  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
-    hetps::v1::HelloRequest hello;
-    hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
-    hello.set_job_id(options_.job_id);
-    hello.set_worker_rank(options_.rank);
-    hello.set_world_size(options_.world_size);
-    hello.set_shard_index(shard);
-    hello.set_num_shards(static_cast<uint32_t>(channels.size()));
-    hello.set_incarnation(incarnation_);
-    headers.push_back(hello.SerializeAsString());
   }
   HETPS_ASSIGN_OR_RETURN(
       std::vector<transport::Response> responses,

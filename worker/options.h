@@ -142,8 +142,9 @@ struct ShardStats {
   uint64_t payload_bytes_received = 0;
   uint64_t payload_bytes_sent = 0;
   uint64_t failed_requests = 0;
-  uint64_t pushes_refused = 0;  // push items answered with an error, never applied
-  uint64_t min_version = 0;     // over this shard's partitions
+  uint64_t pushes_refused = 0;    // push items answered with an error, never applied
+  uint64_t requests_waiting = 0;  // now: pulls waiting for the other workers' pushes
+  uint64_t min_version = 0;       // over this shard's partitions
   uint64_t max_version = 0;
 };
 

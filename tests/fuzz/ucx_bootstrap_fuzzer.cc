@@ -13,7 +13,10 @@ using hetps::transport::ucx_internal::ParseBootstrapRequest;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view header(reinterpret_cast<const char*>(data), size);
-  absl::StatusOr<hetps::v1::UcxBootstrapRequest> request = ParseBootstrapRequest(header);
+  // A server's own address (version 1, worker id 1..8): a request naming it is refused.
+  static const std::string own_address("\x01\x01\x02\x03\x04\x05\x06\x07\x08rest", 13);
+  absl::StatusOr<hetps::v1::UcxBootstrapRequest> request =
+      ParseBootstrapRequest(header, own_address);
   if (!request.ok()) {
     HETPS_FUZZ_CHECK(request.status().code() == absl::StatusCode::kInvalidArgument ||
                      request.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -22,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (request->address_only()) return 0;
   HETPS_FUZZ_CHECK(request->frame_version() == kUcxFrameVersion);
   HETPS_FUZZ_CHECK(CheckWorkerAddress(request->worker_address()).ok());
+  HETPS_FUZZ_CHECK(request->worker_address().substr(1, 8) != own_address.substr(1, 8));
   return 0;
 }
 

@@ -58,6 +58,9 @@ TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
       {{"--lifetime_s=-1"}, "--lifetime_s must be"},
       {{"--lifetime_s=nan"}, "--lifetime_s must be"},
       {{"--max_wait_s=0"}, "--max_wait_s must be"},
+      {{"--idle_timeout_s=-1"}, "--idle_timeout_s must be"},
+      {{"--keepalive_s=0"}, "--keepalive_s must be"},
+      {{"--max_unsent_reply_bytes=1000"}, "--max_unsent_reply_bytes must be"},
       {{"--num_shards=0"}, "--num_shards must be"},
       {{"--num_shards=2", "--shard_index=2"}, "--shard_index must be between 0 and 1"},
       {{"--num_workers=0"}, "--num_workers must be"},
@@ -125,7 +128,8 @@ TEST(PsServerLogTest, MalformedHeadersCannotFloodTheLog) {
   const absl::Status started = cluster.Start(1, 1, {"--transport=grpc"});
   ASSERT_TRUE(started.ok()) << started;
   std::shared_ptr<transport::Transport> grpc = testing::NewTestTransport("grpc");
-  auto connection = grpc->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10));
+  auto connection = grpc->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
+                                  testing::WorkerGreeting(0, 1, 0, 1));
   ASSERT_TRUE(connection.ok()) << connection.status();
   for (int i = 0; i < 300; ++i) {
     transport::Request request;
@@ -191,16 +195,7 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     auto id = (*client)->Declare(spec);
     ASSERT_TRUE(id.ok()) << id.status();
 
-    cluster.shard(0).Signal(SIGSTOP);
-    // The signal takes effect asynchronously: wait until the process is stopped ('T').
-    const absl::Time stopping = absl::Now() + absl::Seconds(10);
-    auto stopped = [&] {
-      const std::string stat = ReadFile(absl::StrCat("/proc/", cluster.shard(0).pid(), "/stat"));
-      const size_t paren = stat.rfind(')');
-      return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
-    };
-    while (!stopped() && absl::Now() < stopping) absl::SleepFor(absl::Milliseconds(1));
-    ASSERT_TRUE(stopped());
+    ASSERT_TRUE(cluster.shard(0).Stop());
     const std::vector<float> gradient(spec.num_elements, 1.0f);
     std::atomic<bool> stop{false};
     std::atomic<int> started{0};

@@ -40,8 +40,8 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     cluster_ = *std::move(cluster);
     transport_ = cluster_->inproc();
     if (transport_ == nullptr) transport_ = testing::NewTestTransport(GetParam());
-    auto connection =
-        transport_->Connect(cluster_->addresses()[0], absl::Now() + absl::Seconds(10));
+    auto connection = transport_->Connect(cluster_->addresses()[0], absl::Now() + absl::Seconds(10),
+                                          testing::WorkerGreeting(0, 2, 0, 2));
     ASSERT_TRUE(connection.ok()) << connection.status();
     shard0_ = *std::move(connection);
 

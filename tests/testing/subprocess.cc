@@ -15,6 +15,10 @@ extern char** environ;
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 
 namespace hetps::testing {
@@ -106,5 +110,32 @@ void Subprocess::Signal(int signal) {
 }
 
 bool Subprocess::running() { return started() && !Wait(absl::ZeroDuration()).has_value(); }
+
+bool Subprocess::Stop(absl::Duration timeout) {
+  Signal(SIGSTOP);
+  const absl::Time give_up = absl::Now() + timeout;
+  auto stopped = [this] {
+    const std::string stat = ReadFile(absl::StrCat("/proc/", pid_, "/stat"));
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+  };
+  while (!stopped()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+uint64_t Subprocess::ResidentBytes() const {
+  const std::string status = ReadFile(absl::StrCat("/proc/", pid_, "/status"));
+  const size_t at = status.find("VmRSS:");
+  if (at == std::string::npos) return 0;
+  uint64_t kib = 0;
+  const size_t end = status.find('\n', at);
+  absl::string_view field = absl::StripAsciiWhitespace(
+      absl::string_view(status).substr(at + 6, end == std::string::npos ? end : end - at - 6));
+  if (absl::ConsumeSuffix(&field, "kB")) field = absl::StripAsciiWhitespace(field);
+  return absl::SimpleAtoi(field, &kib) ? kib * 1024 : 0;
+}
 
 }  // namespace hetps::testing

@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ class Subprocess {
   std::optional<int> Wait(absl::Duration timeout);
   void Signal(int signal);
   bool running();
+  // SIGSTOP, and waits (bounded) until the process is stopped: the signal takes effect
+  // asynchronously. False if it was not stopped within `timeout`.
+  bool Stop(absl::Duration timeout = absl::Seconds(10));
+  // The process's resident memory (VmRSS), 0 if it cannot be read.
+  uint64_t ResidentBytes() const;
 
  private:
   pid_t pid_ = -1;

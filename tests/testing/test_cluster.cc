@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(const std::strin
       options.transport = transport;
       // Shards sleep when idle even under a busy-polling client: no core spins for each.
       if (ucx) {
-        options.transport_instance = NewTestTransport(transport == "ucx-busy" ? "ucx" : transport);
+        options.transport_instance = NewTestTransport(transport == "ucx-busy" ? "ucx" : transport,
+                                                      server::TransportOptionsFor(options));
       }
       options.listen_address = "127.0.0.1:0";
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "transport/grpc/grpc_transport.h"
+#include "worker/internal/wire_format.h"
 #ifdef HETPS_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"
 #endif
@@ -25,10 +26,18 @@ std::vector<std::string> TransportsUnderTest(const std::vector<std::string>& ext
 
 std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
                                                        size_t max_message_bytes) {
+  transport::TransportOptions options;
+  options.max_message_bytes = max_message_bytes;
+  return NewTestTransport(name, options);
+}
+
+std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
+                                                       const transport::TransportOptions& shared) {
 #ifdef HETPS_HAVE_UCX
   if (name == "ucx" || name == "ucx-tcp" || name == "ucx-busy") {
     transport::UcxOptions options;
-    options.max_message_bytes = max_message_bytes;
+    options.max_message_bytes = shared.max_message_bytes;
+    options.shared = shared;
     if (name == "ucx-tcp") options.tls = "tcp";
     options.busy_poll = name == "ucx-busy";
     // A known eager/rendezvous switch, so tests can send payloads exactly at and around it.
@@ -36,7 +45,19 @@ std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
     return transport::NewUcxTransport(options);
   }
 #endif
-  return transport::NewGrpcTransport({max_message_bytes});
+  return transport::NewGrpcTransport(shared);
+}
+
+transport::ConnectOptions WorkerGreeting(uint32_t shard, uint32_t num_shards, uint32_t rank,
+                                         uint32_t world_size, const std::string& job_id) {
+  ClientOptions options;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.job_id = job_id;
+  transport::ConnectOptions connect;
+  connect.greeting = internal::MakeHello(options, shard, num_shards, internal::NewIncarnation())
+                         .SerializeAsString();
+  return connect;
 }
 
 std::string TestName(std::string name) {

@@ -24,6 +24,14 @@ inline constexpr size_t kTestRendezvousThreshold = 8192;
 // A transport for one of the names above (not "inproc", which tests make themselves).
 std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
                                                        size_t max_message_bytes = 64 << 20);
+std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
+                                                       const transport::TransportOptions& options);
+
+// The greeting a worker of rank `rank` of `world_size` in job `job_id` sends shard `shard` of
+// `num_shards` when it connects (shards admit connections on it), for tests that speak the
+// wire protocol themselves.
+transport::ConnectOptions WorkerGreeting(uint32_t shard, uint32_t num_shards, uint32_t rank,
+                                         uint32_t world_size, const std::string& job_id = "hetps");
 
 // Names usable in test names ("ucx-tcp" -> "ucx_tcp").
 std::string TestName(std::string name);

@@ -69,8 +69,13 @@ TEST(UcxFrameTest, AHeaderShorterThanTheFixedPartIsRefused) {
   EXPECT_TRUE(DecodeUcxFrame(bytes.data(), kUcxFrameFixedBytes).ok());
 }
 
+// Admits only connections that greet with "member".
 class NoHandler : public RequestHandler {
  public:
+  absl::Status Admit(const ConnectionInfo& connection) override {
+    if (connection.greeting != "member") return absl::UnauthenticatedError("not a member");
+    return absl::OkStatus();
+  }
   void HandleRequest(Request, ReplyCallback reply) override {
     reply(absl::InternalError("not for this test"));
   }
@@ -83,7 +88,9 @@ class BootstrapTest : public ::testing::Test {
     auto listener = ucx_->Listen("127.0.0.1:0", &handler_);
     ASSERT_TRUE(listener.ok()) << listener.status();
     listener_ = *std::move(listener);
-    auto connection = grpc_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+    ConnectOptions member;
+    member.greeting = "member";
+    auto connection = grpc_->Connect(listener_->address(), absl::Now() + absl::Seconds(10), member);
     ASSERT_TRUE(connection.ok()) << connection.status();
     connection_ = *std::move(connection);
   }
@@ -92,12 +99,23 @@ class BootstrapTest : public ::testing::Test {
     if (listener_ != nullptr) listener_->Shutdown();
   }
 
-  absl::StatusOr<Response> Bootstrap(const hetps::v1::UcxBootstrapRequest& bootstrap) {
+  absl::StatusOr<Response> Bootstrap(const hetps::v1::UcxBootstrapRequest& bootstrap,
+                                     Connection* connection = nullptr) {
     Request request;
     request.method = kBootstrapMethod;
     request.header = bootstrap.SerializeAsString();
     request.deadline = absl::Now() + absl::Seconds(10);
-    return testing::CallAndWait(*connection_, std::move(request));
+    return testing::CallAndWait(connection != nullptr ? *connection : *connection_,
+                                std::move(request));
+  }
+
+  std::string ServerAddress() {
+    hetps::v1::UcxBootstrapRequest probe;
+    probe.set_address_only(true);
+    absl::StatusOr<Response> response = Bootstrap(probe);
+    hetps::v1::UcxBootstrapResponse answer;
+    EXPECT_TRUE(response.ok() && answer.ParseFromString(response->header));
+    return answer.worker_address();
   }
 
   NoHandler handler_;
@@ -141,6 +159,49 @@ TEST_F(BootstrapTest, AServerRefusesWhatCannotBeAWorkerAddressAndKeepsServing) {
   hetps::v1::UcxBootstrapResponse answer;
   ASSERT_TRUE(answer.ParseFromString(response->header));
   EXPECT_FALSE(answer.worker_address().empty());
+}
+
+// The server's own address sent back with a byte changed made UCX fail an assertion (abort):
+// an address with the server's own worker id is refused.
+TEST_F(BootstrapTest, AServerRefusesItsOwnAddressSentBackAltered) {
+  const std::string own = ServerAddress();
+  ASSERT_GT(own.size(), 12u);
+  for (size_t at : {size_t{0}, size_t{9}, own.size() / 2, own.size() - 1}) {
+    std::string altered = own;
+    altered[at] = static_cast<char>(altered[at] ^ (at == 0 ? 0x10 : 0x01));
+    for (const std::string& address : {own, altered}) {
+      hetps::v1::UcxBootstrapRequest bootstrap;
+      bootstrap.set_worker_address(address);
+      bootstrap.set_connection_id(1);
+      bootstrap.set_frame_version(kUcxFrameVersion);
+      bootstrap.set_greeting("member");
+      absl::StatusOr<Response> response = Bootstrap(bootstrap);
+      EXPECT_EQ(response.status().code(), absl::StatusCode::kInvalidArgument) << at;
+    }
+  }
+  EXPECT_EQ(ServerAddress(), own) << "the server restarted or died";
+}
+
+// A connection the handler did not admit never reaches the bootstrap (nor its address
+// parser), and a bootstrap must carry an admitted greeting of its own.
+TEST_F(BootstrapTest, ABootstrapIsAnsweredOnlyToAdmittedConnections) {
+  std::unique_ptr<Connection> stranger = *grpc_->Connect(
+      listener_->address(), absl::Now() + absl::Seconds(10), ConnectOptions{"stranger"});
+  hetps::v1::UcxBootstrapRequest probe;
+  probe.set_address_only(true);
+  EXPECT_EQ(Bootstrap(probe, stranger.get()).status().code(), absl::StatusCode::kUnauthenticated);
+  hetps::v1::UcxBootstrapRequest crafted;
+  crafted.set_worker_address(std::string(64, '\x01'));
+  crafted.set_connection_id(1);
+  crafted.set_frame_version(kUcxFrameVersion);
+  crafted.set_greeting("member");
+  EXPECT_EQ(Bootstrap(crafted, stranger.get()).status().code(), absl::StatusCode::kUnauthenticated);
+  stranger->Shutdown();
+
+  // Over an admitted connection, a bootstrap that names no admitted greeting is refused too.
+  crafted.set_greeting("stranger");
+  EXPECT_EQ(Bootstrap(crafted).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_FALSE(ServerAddress().empty());
 }
 
 }  // namespace

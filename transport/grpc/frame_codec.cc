@@ -1,6 +1,10 @@
 #include "transport/grpc/frame_codec.h"
 
+#include <grpc/grpc.h>
+
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -121,6 +125,38 @@ absl::StatusOr<Response> ResponseFromFrame(Frame frame) {
   response.header = std::move(*frame.header.mutable_header());
   response.payload = std::move(frame.payload);
   return response;
+}
+
+namespace {
+
+int Milliseconds(absl::Duration duration) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(duration), 1, INT_MAX));
+}
+
+}  // namespace
+
+std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptions& options,
+                                                            bool server) {
+  std::vector<std::pair<const char*, int>> args = {
+      {GRPC_ARG_KEEPALIVE_TIME_MS, Milliseconds(options.keepalive_interval)},
+      {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Milliseconds(options.keepalive_timeout)},
+      // A connection idle between training phases is still checked.
+      {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+      {GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0},
+  };
+  if (server) {
+    // The peer pings as often as this end does; gRPC's default would answer that with GOAWAY.
+    args.push_back({GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                    Milliseconds(options.keepalive_interval / 2)});
+    args.push_back({GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0});
+    if (options.idle_timeout != absl::InfiniteDuration()) {
+      // A TCP connection that never finishes its handshake, or never opens a stream.
+      args.push_back({GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                      Milliseconds(std::min(options.idle_timeout, absl::Minutes(2)))});
+      args.push_back({GRPC_ARG_MAX_CONNECTION_IDLE_MS, Milliseconds(options.idle_timeout)});
+    }
+  }
+  return args;
 }
 
 }  // namespace hetps::transport::grpc_internal

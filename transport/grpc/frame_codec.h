@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/frame.pb.h"
@@ -24,6 +26,12 @@ struct Frame {
 
 // The method name of the one stream every connection opens.
 inline constexpr char kStreamMethod[] = "/hetps.v1.Transport/Stream";
+// The stream's metadata entry that carries the client's greeting (ConnectOptions::greeting).
+inline constexpr char kGreetingMetadata[] = "hetps-greeting-bin";
+
+// gRPC channel arguments for TransportOptions' keepalive and idle settings, on either end.
+std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptions& options,
+                                                            bool server);
 
 // Sets header.payload_bytes and lays the frame out.
 grpc::ByteBuffer EncodeFrame(hetps::v1::FrameHeader header, const Payload& payload);

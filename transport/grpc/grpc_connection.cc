@@ -44,8 +44,10 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   ClientStream(std::string peer, std::shared_ptr<internal::CallTracker> tracker)
       : peer_(std::move(peer)), tracker_(std::move(tracker)) {}
 
-  void Start(grpc::GenericStub* stub, std::shared_ptr<ClientStream> self) {
+  void Start(grpc::GenericStub* stub, const std::string& greeting,
+             std::shared_ptr<ClientStream> self) {
     self_ = std::move(self);
+    if (!greeting.empty()) context_.AddMetadata(kGreetingMetadata, greeting);
     stub->PrepareBidiStreamingCall(&context_, kStreamMethod, grpc::StubOptions(), this);
     AddHold();  // after binding the stream, before StartCall
     StartRead(&read_buffer_);
@@ -191,10 +193,11 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
 };
 
 GrpcConnection::GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel,
-                               size_t max_message_bytes, TimerQueue* timers)
+                               std::string greeting, size_t max_message_bytes, TimerQueue* timers)
     : address_(std::move(address)),
       channel_(std::move(channel)),
       stub_(channel_),
+      greeting_(std::move(greeting)),
       max_message_bytes_(max_message_bytes),
       timers_(timers),
       tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
@@ -206,7 +209,7 @@ std::shared_ptr<ClientStream> GrpcConnection::CurrentStream() {
   if (shut_down_) return nullptr;
   if (stream_ == nullptr || stream_->ended()) {
     stream_ = std::make_shared<ClientStream>(address_, tracker_);
-    stream_->Start(&stub_, stream_);
+    stream_->Start(&stub_, greeting_, stream_);
   }
   return stream_;
 }

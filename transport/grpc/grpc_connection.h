@@ -24,7 +24,8 @@ class ClientStream;
 class GrpcConnection final : public Connection {
  public:
   // REQUIRES: `timers` outlives the connection.
-  GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel,
+  // `greeting`: sent with every stream it opens (ConnectOptions::greeting).
+  GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel, std::string greeting,
                  size_t max_message_bytes, TimerQueue* timers);
   ~GrpcConnection() override;
 
@@ -39,6 +40,7 @@ class GrpcConnection final : public Connection {
   const std::string address_;
   const std::shared_ptr<grpc::Channel> channel_;
   grpc::GenericStub stub_;
+  const std::string greeting_;
   const size_t max_message_bytes_;
   TimerQueue* const timers_;
   const std::shared_ptr<internal::CallTracker> tracker_;

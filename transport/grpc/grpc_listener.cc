@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
+#include "transport/internal/server_connection.h"
 
 namespace hetps::transport::grpc_internal {
 namespace {
@@ -24,14 +25,30 @@ constexpr absl::Duration kShutdownGrace = absl::Seconds(1);
 // The server end of one client's stream. Owned by itself (self_) until OnDone, and by the reply
 // callbacks handed to the RequestHandler, so a late reply never touches freed memory; after the
 // stream has finished, replies are dropped.
+//
+// Backpressure: the next frame is read only while the connection may read more
+// (ServerConnection::MayReadMore); otherwise reading resumes once replies have gone out. A
+// client that never reads its replies then finds its own writes held by flow control.
 class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  ServerStream(RequestHandler* handler, size_t max_message_bytes, std::string peer)
-      : handler_(handler), max_message_bytes_(max_message_bytes), peer_(std::move(peer)) {}
+  ServerStream(std::shared_ptr<internal::ServerConnection> connection, size_t max_message_bytes)
+      : connection_(std::move(connection)), max_message_bytes_(max_message_bytes) {}
 
   void Start(std::shared_ptr<ServerStream> self) {
     self_ = std::move(self);
     StartRead(&read_buffer_);
+  }
+
+  // Ends a stream the sweeper found idle; the client opens a new one when it next calls.
+  void CloseIdle() {
+    mu_.Lock();
+    if (finished_ || broken_) {
+      mu_.Unlock();
+      return;
+    }
+    broken_ = true;
+    final_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "closed: idle for too long");
+    UnlockAndFinishIfIdle();
   }
 
   void OnReadDone(bool ok) override {
@@ -46,7 +63,7 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     read_buffer_.Clear();
     if (!frame.ok() && !error.call_id.has_value()) {
       // Without a call id the error cannot be answered; end the stream with it instead.
-      LogWarning("unreadable frame from %s: %s", peer_, frame.status().ToString());
+      LogWarning("unreadable frame from %s: %s", connection_->peer(), frame.status().ToString());
       mu_.Lock();
       read_ended_ = true;
       final_status_ =
@@ -64,35 +81,41 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     }
     // The next frame is read only now, so the handler receives a stream's requests in the
     // order they were sent.
-    StartRead(&read_buffer_);
+    mu_.Lock();
+    read_paused_ = true;
+    UnlockAndResumeReading();
   }
 
   void OnWriteDone(bool ok) override {
     mu_.Lock();
+    connection_->Sent(writes_.front().Length());
     writes_.pop_front();
     if (!ok) {
       broken_ = true;
-      writes_.clear();
+      DropWritesLocked();
     }
     if (!writes_.empty() && !broken_) {
       grpc::ByteBuffer* next = &writes_.front();
       mu_.Unlock();
       StartWrite(next);
-      return;
+    } else {
+      writing_ = false;
+      mu_.Unlock();
     }
-    writing_ = false;
-    UnlockAndFinishIfIdle();
+    mu_.Lock();
+    UnlockAndResumeReading();
   }
 
   void OnCancel() override {
     mu_.Lock();
     broken_ = true;
     final_status_ = grpc::Status::CANCELLED;
-    if (!writing_) writes_.clear();
+    if (!writing_) DropWritesLocked();
     UnlockAndFinishIfIdle();
   }
 
   void OnDone() override {
+    connection_->End();
     std::shared_ptr<ServerStream> keep = std::move(self_);  // released when this returns
   }
 
@@ -105,16 +128,12 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     if (frame.header.timeout_us() > 0) {
       request.deadline = absl::Now() + absl::Microseconds(frame.header.timeout_us());
     }
-    {
-      absl::MutexLock lock(&mu_);
-      ++in_flight_;
-    }
     const uint64_t id = frame.header.call_id();
     std::shared_ptr<ServerStream> self = self_;
-    handler_->HandleRequest(std::move(request),
-                            [self = std::move(self), id](absl::StatusOr<Response> result) {
-                              self->QueueReply(id, std::move(result), /*answers_request=*/true);
-                            });
+    connection_->Dispatch(std::move(request),
+                          [self = std::move(self), id](absl::StatusOr<Response> result) {
+                            self->QueueReply(id, std::move(result), /*answers_request=*/true);
+                          });
   }
 
   void QueueReply(uint64_t id, absl::StatusOr<Response> result, bool answers_request = false) {
@@ -128,28 +147,52 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     grpc::ByteBuffer frame =
         EncodeFrame(ResponseHeader(id, result), result.ok() ? result->payload : Payload());
     mu_.Lock();
-    if (answers_request) --in_flight_;
     if (finished_ || broken_) {
+      connection_->Answered(0, answers_request);
       UnlockAndFinishIfIdle();
       return;
     }
+    connection_->Answered(frame.Length(), answers_request);
     writes_.push_back(std::move(frame));
-    if (writing_) {
+    if (!writing_) {
+      writing_ = true;
+      grpc::ByteBuffer* to_write = &writes_.front();
       mu_.Unlock();
-      return;
+      StartWrite(to_write);
+      mu_.Lock();
     }
-    writing_ = true;
-    grpc::ByteBuffer* to_write = &writes_.front();
-    mu_.Unlock();
-    StartWrite(to_write);
+    // An answered request may lift the limit on requests in progress.
+    UnlockAndResumeReading();
+  }
+
+  // Starts the next read if reading is paused and the connection may read more, then finishes
+  // the stream if it is done. No Finish can overtake a StartRead (starting_read_); a read that
+  // completed while this thread was starting it may have left reading paused again: look again.
+  void UnlockAndResumeReading() ABSL_UNLOCK_FUNCTION(mu_) {
+    while (read_paused_ && !starting_read_ && !read_ended_ && !finished_ && !broken_ &&
+           connection_->MayReadMore()) {
+      read_paused_ = false;
+      starting_read_ = true;
+      mu_.Unlock();
+      StartRead(&read_buffer_);
+      mu_.Lock();
+      starting_read_ = false;
+    }
+    UnlockAndFinishIfIdle();
+  }
+
+  void DropWritesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const grpc::ByteBuffer& write : writes_) connection_->Sent(write.Length());
+    writes_.clear();
   }
 
   // Finishes the RPC once nothing more can be written: the client is gone (broken_), or it has
   // stopped sending and every request has been answered. Never while a write is in flight.
   // Finish is called after unlocking: it may lead to OnDone, which can free this stream.
   void UnlockAndFinishIfIdle() ABSL_UNLOCK_FUNCTION(mu_) {
-    const bool drained = read_ended_ && in_flight_ == 0 && writes_.empty();
-    if (finished_ || writing_ || (!broken_ && !drained)) {
+    const bool drained =
+        read_ended_ && connection_->IdleSince(absl::InfiniteFuture()) && writes_.empty();
+    if (finished_ || writing_ || starting_read_ || (!broken_ && !drained)) {
       mu_.Unlock();
       return;
     }
@@ -159,18 +202,18 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     Finish(std::move(status));
   }
 
-  RequestHandler* const handler_;
+  const std::shared_ptr<internal::ServerConnection> connection_;
   const size_t max_message_bytes_;
-  const std::string peer_;
   grpc::ByteBuffer read_buffer_;
   std::shared_ptr<ServerStream> self_;
 
   absl::Mutex mu_;
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // no read outstanding (backpressure)
+  bool starting_read_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);
 };
@@ -179,15 +222,25 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
 class GrpcListener::Service final : public grpc::CallbackGenericService {
  public:
-  Service(RequestHandler* handler, size_t max_message_bytes)
-      : handler_(handler), max_message_bytes_(max_message_bytes) {}
+  Service(RequestHandler* handler, const TransportOptions& options)
+      : handler_(handler), options_(options), sweeper_(options.idle_timeout) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
     if (context->method() != kStreamMethod) {
       return grpc::CallbackGenericService::CreateReactor(context);  // UNIMPLEMENTED
     }
-    auto stream = std::make_shared<ServerStream>(handler_, max_message_bytes_, context->peer());
+    std::string greeting;
+    const auto& metadata = context->client_metadata();
+    if (auto it = metadata.find(kGreetingMetadata); it != metadata.end()) {
+      greeting.assign(it->second.data(), it->second.size());
+    }
+    auto connection = std::make_shared<internal::ServerConnection>(
+        handler_, options_, context->peer(), std::move(greeting));
+    auto stream = std::make_shared<ServerStream>(connection, options_.max_message_bytes);
+    sweeper_.Add(connection, [weak = std::weak_ptr<ServerStream>(stream)] {
+      if (std::shared_ptr<ServerStream> alive = weak.lock()) alive->CloseIdle();
+    });
     ServerStream* reactor = stream.get();
     reactor->Start(std::move(stream));
     return reactor;
@@ -195,25 +248,29 @@ class GrpcListener::Service final : public grpc::CallbackGenericService {
 
  private:
   RequestHandler* const handler_;
-  const size_t max_message_bytes_;
+  const TransportOptions options_;
+  internal::ConnectionSweeper sweeper_;
 };
 
 absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::string& address,
                                                                   RequestHandler* handler,
-                                                                  size_t max_message_bytes) {
+                                                                  const TransportOptions& options) {
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("address '", address, "' has no port"));
   }
   std::unique_ptr<GrpcListener> listener(new GrpcListener());
-  listener->service_ = std::make_unique<Service>(handler, max_message_bytes);
+  listener->service_ = std::make_unique<Service>(handler, options);
 
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterCallbackGenericService(listener->service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  for (const auto& [name, value] : KeepaliveArguments(options, /*server=*/true)) {
+    builder.AddChannelArgument(name, value);
+  }
   // A second server on a busy port must fail, not silently share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   listener->server_ = builder.BuildAndStart();

@@ -22,7 +22,7 @@ class GrpcListener final : public Listener {
   // REQUIRES: `handler` outlives the listener.
   static absl::StatusOr<std::unique_ptr<GrpcListener>> Start(const std::string& address,
                                                              RequestHandler* handler,
-                                                             size_t max_message_bytes);
+                                                             const TransportOptions& options);
   ~GrpcListener() override;
 
   std::string address() const override { return address_; }

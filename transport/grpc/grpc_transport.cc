@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/timer_queue.h"
+#include "transport/grpc/frame_codec.h"
 #include "transport/grpc/grpc_connection.h"
 #include "transport/grpc/grpc_listener.h"
 
@@ -24,13 +25,15 @@ class GrpcTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Listener>> Listen(const std::string& address,
                                                    RequestHandler* handler) override {
     absl::StatusOr<std::unique_ptr<grpc_internal::GrpcListener>> listener =
-        grpc_internal::GrpcListener::Start(address, handler, options_.max_message_bytes);
+        grpc_internal::GrpcListener::Start(address, handler, options_);
     if (!listener.ok()) return listener.status();
     return std::unique_ptr<Listener>(*std::move(listener));
   }
 
+  using Transport::Connect;
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
-                                                      absl::Time deadline) override {
+                                                      absl::Time deadline,
+                                                      const ConnectOptions& options) override {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     args.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
@@ -40,13 +43,16 @@ class GrpcTransport final : public Transport {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    for (const auto& [name, value] : grpc_internal::KeepaliveArguments(options_, false)) {
+      args.SetInt(name, value);
+    }
     std::shared_ptr<grpc::Channel> channel =
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
     }
-    return std::make_unique<grpc_internal::GrpcConnection>(address, std::move(channel),
-                                                           options_.max_message_bytes, &timers_);
+    return std::make_unique<grpc_internal::GrpcConnection>(
+        address, std::move(channel), options.greeting, options_.max_message_bytes, &timers_);
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +16,7 @@
 #include "common/timer_queue.h"
 #include "transport/internal/call_scope.h"
 #include "transport/internal/call_tracker.h"
+#include "transport/internal/server_connection.h"
 
 namespace hetps::transport {
 namespace {
@@ -27,6 +29,15 @@ struct Endpoint {
   RequestHandler* const handler;
   TaskThread thread;
   std::atomic<bool> open{true};
+  // Only on `thread`: the connections it admitted, ended when the listener shuts down.
+  std::vector<std::weak_ptr<internal::ServerConnection>> connections;
+};
+
+// A client connection's server side at one endpoint (a restarted listener is another), made
+// on the endpoint's thread at the first request. Only on that thread.
+struct ServerSide {
+  std::shared_ptr<Endpoint> endpoint;
+  std::shared_ptr<internal::ServerConnection> connection;
 };
 
 absl::Status CheckSize(const std::string& header, const Payload& payload, size_t limit) {
@@ -47,8 +58,10 @@ class InProcNetwork;
 
 class InProcConnection final : public Connection {
  public:
-  InProcConnection(std::string address, InProcNetwork* network, TimerQueue* timers)
+  InProcConnection(std::string address, std::string greeting, InProcNetwork* network,
+                   TimerQueue* timers)
       : address_(std::move(address)),
+        greeting_(std::move(greeting)),
         network_(network),
         timers_(timers),
         tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
@@ -60,9 +73,11 @@ class InProcConnection final : public Connection {
 
  private:
   const std::string address_;
+  const std::string greeting_;
   InProcNetwork* const network_;
   TimerQueue* const timers_;
   const std::shared_ptr<internal::CallTracker> tracker_;
+  const std::shared_ptr<ServerSide> server_side_ = std::make_shared<ServerSide>();
   std::atomic<bool> shut_down_{false};
 };
 
@@ -102,14 +117,16 @@ class InProcNetwork final : public InProcTransport {
     return std::make_unique<InProcListener>(bound, std::move(endpoint), this);
   }
 
+  using Transport::Connect;
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
-                                                      absl::Time deadline) override {
+                                                      absl::Time deadline,
+                                                      const ConnectOptions& options) override {
     absl::MutexLock lock(&mu_);
     auto it = endpoints_.find(address);
     if (it == endpoints_.end()) {
       return absl::UnavailableError(absl::StrCat("nothing listens on ", address));
     }
-    return std::make_unique<InProcConnection>(address, this, &timers_);
+    return std::make_unique<InProcConnection>(address, options.greeting, this, &timers_);
   }
 
   void SetFaults(const InProcFaults& faults) override {
@@ -175,7 +192,8 @@ void InProcConnection::Call(Request request, ResponseCallback done) {
   for (int i = 0; i < deliveries; ++i) {
     std::weak_ptr<internal::CallTracker> weak_tracker = tracker_;
     Request copy = request;
-    const bool posted = endpoint->thread.Post([endpoint, weak_tracker, id, limit,
+    const bool posted = endpoint->thread.Post([network = network_, greeting = greeting_, endpoint,
+                                               weak_tracker, id, limit, server_side = server_side_,
                                                request = std::move(copy)]() mutable {
       auto reply = [weak_tracker, id, limit](absl::StatusOr<Response> result) {
         std::shared_ptr<internal::CallTracker> tracker = weak_tracker.lock();
@@ -193,7 +211,18 @@ void InProcConnection::Call(Request request, ResponseCallback done) {
         reply(absl::UnavailableError("the listener shut down before handling the request"));
         return;
       }
-      endpoint->handler->HandleRequest(std::move(request), std::move(reply));
+      if (server_side->endpoint != endpoint) {
+        server_side->endpoint = endpoint;
+        server_side->connection = std::make_shared<internal::ServerConnection>(
+            endpoint->handler, network->options(), "inproc", greeting);
+        endpoint->connections.push_back(server_side->connection);
+      }
+      server_side->connection->Dispatch(
+          std::move(request), [connection = server_side->connection,
+                               reply = std::move(reply)](absl::StatusOr<Response> result) mutable {
+            connection->Answered(0, /*answers_request=*/true);
+            reply(std::move(result));
+          });
     });
     if (!posted) {
       tracker_->Finish(id, absl::UnavailableError(absl::StrCat(address_, " stopped listening")));
@@ -205,12 +234,22 @@ void InProcConnection::Call(Request request, ResponseCallback done) {
 void InProcConnection::Shutdown() {
   if (shut_down_.exchange(true)) return;
   tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
+  if (std::shared_ptr<Endpoint> endpoint = network_->Find(address_)) {
+    endpoint->thread.Post([server_side = server_side_] {
+      if (server_side->connection != nullptr) server_side->connection->End();
+    });
+  }
 }
 
 void InProcListener::Shutdown() {
   if (!endpoint_->open.exchange(false)) return;
   network_->RemoveEndpoint(address_);
   // Requests already queued see `open == false` and are answered Unavailable.
+  endpoint_->thread.Post([endpoint = endpoint_.get()] {
+    for (const auto& weak : endpoint->connections) {
+      if (std::shared_ptr<internal::ServerConnection> connection = weak.lock()) connection->End();
+    }
+  });
   endpoint_->thread.Stop();
 }
 

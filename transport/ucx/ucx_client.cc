@@ -23,9 +23,9 @@
 namespace hetps::transport::ucx_internal {
 namespace {
 
-void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker.worker(), data);
-}
+// A message not taken is dropped by returning UCS_OK from its handler: UCX then drops a
+// rendezvous descriptor itself (ucp_am_recv_callback_t). Releasing it there too (with
+// ucp_am_data_release, only for descriptors kept with UCS_INPROGRESS) would free it twice.
 
 size_t TotalSize(const ResponseSink& spans) {
   size_t total = 0;
@@ -43,6 +43,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   uint64_t local_id = 0;
   TimerQueue* timers = nullptr;
   size_t max_message_bytes = 0;
+  std::string greeting;
+  absl::Duration keepalive_interval;
+  absl::Duration keepalive_timeout;
   std::shared_ptr<internal::CallTracker> tracker;
   std::unique_ptr<Connection> bootstrap;  // gRPC, to the same server
 
@@ -80,6 +83,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   // failure detection (see CreateEndpoint) this is how a restarted or vanished server shows.
   void Probe();
   void OnProbe(absl::StatusOr<Response> response);
+  // Probes every keepalive_interval while connected.
+  void ScheduleKeepalive();
   void Connected(const std::string& server_address, uint64_t id);
   void Fail(const absl::Status& status);
   // Forgets the sinks of calls that ended without a response (at their deadlines): the caller
@@ -104,10 +109,7 @@ absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOpti
             auto it = raw->connections.find(frame->connection_id);
             if (it != raw->connections.end()) core = it->second.lock();
           }
-          if (core == nullptr) {
-            Discard(*raw->worker, data, param);  // a connection closed in the meantime
-            return UCS_OK;
-          }
+          if (core == nullptr) return UCS_OK;  // a connection closed in the meantime: drop
           return core->OnResponse(*frame, data, length, param);
         });
   });
@@ -124,6 +126,7 @@ void ClientCore::StartBootstrap() {
   bootstrap_request.set_worker_address(worker->address());
   bootstrap_request.set_connection_id(local_id);
   bootstrap_request.set_frame_version(kUcxFrameVersion);
+  bootstrap_request.set_greeting(greeting);
   CallBootstrap(bootstrap_request, absl::Seconds(5), &ClientCore::OnBootstrapped);
 }
 
@@ -179,7 +182,21 @@ void ClientCore::Probe() {
   }
   hetps::v1::UcxBootstrapRequest probe;
   probe.set_address_only(true);
-  CallBootstrap(probe, absl::Seconds(2), &ClientCore::OnProbe);
+  CallBootstrap(probe, keepalive_timeout, &ClientCore::OnProbe);
+}
+
+void ClientCore::ScheduleKeepalive() {
+  if (keepalive_interval == absl::InfiniteDuration()) return;
+  timers->Schedule(absl::Now() + keepalive_interval, [weak = weak_from_this()] {
+    std::shared_ptr<ClientCore> core = weak.lock();
+    if (core == nullptr) return;
+    {
+      absl::MutexLock lock(&core->mu);
+      if (core->shut_down) return;
+    }
+    core->Probe();
+    core->ScheduleKeepalive();
+  });
 }
 
 void ClientCore::OnProbe(absl::StatusOr<Response> response) {
@@ -251,7 +268,6 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
     sinks.erase(it);
   }
   if (frame.method == kGoodbyeMethod) {
-    Discard(*worker, data, param);
     Fail(absl::UnavailableError(absl::StrCat(address, " closed the connection")));
     return UCS_OK;
   }
@@ -260,7 +276,6 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
     LogInfo("ucx: connected to %s over %s", address, DescribeLanes(ep));
   }
   if (frame.status_code != 0) {
-    Discard(*worker, data, param);
     tracker->Finish(call,
                     absl::Status(static_cast<absl::StatusCode>(frame.status_code), frame.text));
     return UCS_OK;
@@ -268,10 +283,7 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
   // From here the connection, not the tracker, ends the call: if bytes are being received into
   // the caller's memory, the call must not end (and let the caller reuse it) before UCX is done.
   std::optional<internal::CallTracker::Detached> detached = tracker->Detach(call);
-  if (!detached.has_value()) {
-    Discard(*worker, data, param);  // ended already (its deadline passed)
-    return UCS_OK;
-  }
+  if (!detached.has_value()) return UCS_OK;  // ended already (its deadline passed): drop
   Response response;
   response.header = std::string(frame.text);
   const bool into_sink = !sink.empty() && TotalSize(sink) == length;
@@ -361,15 +373,19 @@ void ClientCore::FinishReceive(uint64_t call, ucs_status_t status) {
 }
 
 absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
-    const std::string& address, absl::Time deadline, ClientWorker* client_worker,
-    const std::shared_ptr<Transport>& grpc, TimerQueue* timers, size_t max_message_bytes) {
+    const std::string& address, absl::Time deadline, const ConnectOptions& connect,
+    ClientWorker* client_worker, const std::shared_ptr<Transport>& grpc, TimerQueue* timers,
+    const UcxOptions& options) {
   auto core = std::make_shared<ClientCore>();
   core->address = address;
   core->client_worker = client_worker;
   core->worker = client_worker->worker.get();
   core->local_id = client_worker->next_connection.fetch_add(1);
   core->timers = timers;
-  core->max_message_bytes = max_message_bytes;
+  core->max_message_bytes = options.max_message_bytes;
+  core->greeting = connect.greeting;
+  core->keepalive_interval = options.shared.keepalive_interval;
+  core->keepalive_timeout = options.shared.keepalive_timeout;
   core->tracker = std::make_shared<internal::CallTracker>(timers, address);
   // A call that runs out of time may mean the server is gone or restarted: check. Its sink
   // goes too.
@@ -379,7 +395,7 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
     alive->Probe();
     alive->worker->Post([alive] { alive->DropSinksOfEndedCalls(); });
   });
-  HETPS_ASSIGN_OR_RETURN(core->bootstrap, grpc->Connect(address, deadline));
+  HETPS_ASSIGN_OR_RETURN(core->bootstrap, grpc->Connect(address, deadline, connect));
   std::unique_ptr<UcxConnection> connection(new UcxConnection(core));
   core->worker->Post([core, client_worker] { client_worker->connections[core->local_id] = core; });
   core->StartBootstrap();
@@ -389,10 +405,13 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   };
   core->mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
   if (!core->ready) {
-    return absl::UnavailableError(
+    // A refusal keeps its code (the server did not admit this client's greeting).
+    return absl::Status(
+        core->last_error.ok() ? absl::StatusCode::kUnavailable : core->last_error.code(),
         absl::StrCat("no UCX connection to ", address, ": ",
                      core->last_error.ok() ? "bootstrap timed out" : core->last_error.message()));
   }
+  core->ScheduleKeepalive();
   return connection;
 }
 

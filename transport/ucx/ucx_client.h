@@ -30,11 +30,14 @@ struct ClientWorker {
 
 class UcxConnection final : public Connection {
  public:
-  // Bootstraps over gRPC at `address` and opens a UCX endpoint to the server.
+  // Bootstraps over gRPC at `address` and opens a UCX endpoint to the server. While connected,
+  // it checks every keepalive_interval that the server answers over the bootstrap connection
+  // (UCX's own peer failure detection is off, see CreateEndpoint).
   // REQUIRES: `client_worker` and `timers` outlive the connection.
   static absl::StatusOr<std::unique_ptr<UcxConnection>> Connect(
-      const std::string& address, absl::Time deadline, ClientWorker* client_worker,
-      const std::shared_ptr<Transport>& grpc, TimerQueue* timers, size_t max_message_bytes);
+      const std::string& address, absl::Time deadline, const ConnectOptions& connect,
+      ClientWorker* client_worker, const std::shared_ptr<Transport>& grpc, TimerQueue* timers,
+      const UcxOptions& options);
   ~UcxConnection() override;
 
   void Call(Request request, ResponseCallback done) override;

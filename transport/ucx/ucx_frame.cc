@@ -24,6 +24,9 @@ const char* Get(const char* at, Field* value) {
   return at + sizeof(*value);
 }
 
+// Shorter than UCX 1.13's header (1 byte) and worker id (8 bytes).
+constexpr size_t kShortestAddress = 9;
+
 }  // namespace
 
 void EncodeUcxFrameTo(const UcxFrame& frame, char* out) {
@@ -56,9 +59,7 @@ absl::StatusOr<UcxFrame> DecodeUcxFrame(const void* data, size_t length) {
 }
 
 absl::Status CheckWorkerAddress(absl::string_view address) {
-  // Shorter than UCX 1.13's header (1 byte) and worker id (8 bytes), or of a version other
-  // than v1 and v2 (the low 4 bits of the first byte).
-  constexpr size_t kShortestAddress = 9;
+  // Too short, or of a version other than v1 and v2 (the low 4 bits of the first byte).
   constexpr unsigned kNewestAddressVersion = 1;
   if (address.size() < kShortestAddress ||
       (static_cast<unsigned char>(address[0]) & 0x0F) > kNewestAddressVersion) {
@@ -68,7 +69,8 @@ absl::Status CheckWorkerAddress(absl::string_view address) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::string_view header) {
+absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(
+    absl::string_view header, absl::string_view own_address) {
   hetps::v1::UcxBootstrapRequest bootstrap;
   if (!bootstrap.ParseFromArray(header.data(), static_cast<int>(header.size())) ||
       (bootstrap.worker_address().empty() && !bootstrap.address_only())) {
@@ -83,6 +85,11 @@ absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::strin
   }
   if (absl::Status address = CheckWorkerAddress(bootstrap.worker_address()); !address.ok()) {
     return address;
+  }
+  // Bytes 1 to 8: the worker id (see CheckWorkerAddress).
+  if (own_address.size() >= kShortestAddress &&
+      bootstrap.worker_address().substr(1, 8) == own_address.substr(1, 8)) {
+    return absl::InvalidArgumentError("a UCX bootstrap with the server's own worker id");
   }
   return bootstrap;
 }

@@ -60,8 +60,10 @@ absl::Status CheckWorkerAddress(absl::string_view address);
 
 // Decodes and checks a bootstrap request (the header of kBootstrapMethod, over gRPC) before any
 // of it reaches UCX: INVALID_ARGUMENT if malformed or its address cannot be one,
-// FAILED_PRECONDITION for another frame version.
-absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::string_view header);
+// FAILED_PRECONDITION for another frame version. An address with the worker id of
+// `own_address` (the server's own, sent back with bytes changed) is refused: UCX asserts on it.
+absl::StatusOr<hetps::v1::UcxBootstrapRequest> ParseBootstrapRequest(absl::string_view header,
+                                                                     absl::string_view own_address);
 
 }  // namespace hetps::transport::ucx_internal
 

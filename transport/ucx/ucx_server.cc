@@ -3,6 +3,8 @@
 #include "transport/ucx/ucx_server.h"
 
 #include <atomic>
+#include <deque>
+#include <random>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -13,39 +15,56 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/frame.pb.h"
+#include "transport/internal/server_connection.h"
 
 namespace hetps::transport::ucx_internal {
-namespace {
 
-// Frames of a peer the server does not know (or an unreadable header) are dropped: without
-// the peer's endpoint there is no one to answer.
-void Discard(UcxWorker& worker, void* data, const ucp_am_recv_param_t* param) {
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(worker.worker(), data);
-}
-
-}  // namespace
+// Frames of a peer the server does not know (or an unreadable header) are dropped, as are
+// payloads it refuses: the handler returns UCS_OK without taking them, and UCX drops a
+// rendezvous descriptor itself (ucp_am_recv_callback_t; releasing it as well would free it
+// twice).
 
 // State shared with reply callbacks (weakly), so a late reply never touches a gone listener.
 struct UcxListener::Core : std::enable_shared_from_this<Core> {
+  // A request received while its peer was over its bounds (ServerConnection::MayReadMore).
+  struct Parked {
+    UcxFrame frame;  // its text is `header`
+    std::string header;
+    Payload payload;
+  };
   struct Peer {
     ucp_ep_h ep = nullptr;
     uint64_t client_connection = 0;
     bool lanes_logged = false;
+    std::shared_ptr<internal::ServerConnection> connection;
+    std::deque<Parked> parked;
+    size_t parked_bytes = 0;
   };
 
   RequestHandler* handler = nullptr;
   size_t max_message_bytes = 0;
+  TransportOptions options;  // the server-side limits shared with gRPC
   std::unique_ptr<UcxWorker> worker;
-  // Only by the thread holding the worker.
+  std::unique_ptr<internal::ConnectionSweeper> sweeper;
+  // Only by the thread holding the worker. Peers are numbered at random: a request names its
+  // peer, and another client must not be able to guess that number.
   absl::flat_hash_map<uint64_t, Peer> peers;
-  uint64_t next_peer = 1;
+  std::mt19937_64 peer_numbers{std::random_device()()};
 
   ucs_status_t OnRequest(const void* header, size_t header_length, void* data, size_t length,
                          const ucp_am_recv_param_t* param);
-  // `frame.text` is ignored: `header` is the method's header.
+  // `frame.text` is ignored: `header` is the method's header. Hands the request to the handler,
+  // or parks it while the peer is over its bounds.
   void Deliver(const UcxFrame& frame, std::string header, Payload payload);
-  void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result);
+  void HandOn(Peer& peer, const UcxFrame& frame, std::string header, Payload payload);
+  // Hands parked requests on while the peer's bounds allow; MaybeUnpark does it from a task of
+  // its own (not inside a reply's completion) when there are any.
+  void Unpark(uint64_t peer);
+  void MaybeUnpark(uint64_t peer);
+  void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result,
+             bool answers_request);
   void Bootstrap(Request request, ReplyCallback reply);
+  void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
 };
 
@@ -56,11 +75,9 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   if (peer == peers.end()) {
     LogWarning("ucx: dropping a request: %s",
                frame.ok() ? "from an unknown peer" : frame.status().message());
-    Discard(*worker, data, param);
     return UCS_OK;
   }
   if (frame->method == kGoodbyeMethod) {
-    Discard(*worker, data, param);
     Drop(peer->first);
     return UCS_OK;
   }
@@ -69,18 +86,18 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
     LogInfo("ucx: peer %d connected over %s", peer->first, DescribeLanes(peer->second.ep));
   }
   if (header_length + length > max_message_bytes) {
-    Discard(*worker, data, param);
     Reply(peer->first, frame->call_id,
           absl::ResourceExhaustedError(
               absl::StrFormat("request of %d bytes exceeds the %d-byte message limit",
-                              header_length + length, max_message_bytes)));
+                              header_length + length, max_message_bytes)),
+          /*answers_request=*/false);
     return UCS_OK;
   }
   if (length > 0 && frame->payload_bytes != length) {
-    Discard(*worker, data, param);
     Reply(peer->first, frame->call_id,
           absl::InvalidArgumentError(absl::StrFormat("frame announces %d payload bytes, %d arrived",
-                                                     frame->payload_bytes, length)));
+                                                     frame->payload_bytes, length)),
+          /*answers_request=*/false);
     return UCS_OK;
   }
   uint8_t* destination = nullptr;
@@ -109,7 +126,7 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
     if (core == nullptr) return;
     if (status != UCS_OK) {
       core->Reply(done->frame.connection_id, done->frame.call_id,
-                  UcxError("receiving the request's payload", status));
+                  UcxError("receiving the request's payload", status), /*answers_request=*/false);
       return;
     }
     core->Deliver(done->frame, std::move(done->header), std::move(done->payload));
@@ -124,6 +141,28 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
 }
 
 void UcxListener::Core::Deliver(const UcxFrame& frame, std::string header, Payload payload) {
+  auto it = peers.find(frame.connection_id);
+  if (it == peers.end()) return;  // gone while its payload arrived
+  Peer& peer = it->second;
+  if (!peer.parked.empty() || !peer.connection->MayReadMore()) {
+    peer.parked_bytes += header.size() + payload.size();
+    if (peer.parked_bytes > options.max_unsent_reply_bytes) {
+      LogWarning(
+          "ucx: closing connection %d: %d bytes of its requests wait for its earlier ones to be "
+          "answered and taken, past the bound (a client that does not read its replies?)",
+          peer.connection->id(), peer.parked_bytes);
+      SayGoodbye(peer);
+      Drop(it->first);
+      return;
+    }
+    peer.parked.push_back({frame, std::move(header), std::move(payload)});
+    return;
+  }
+  HandOn(peer, frame, std::move(header), std::move(payload));
+}
+
+void UcxListener::Core::HandOn(Peer& peer, const UcxFrame& frame, std::string header,
+                               Payload payload) {
   Request request;
   request.method = frame.method;
   request.header = std::move(header);
@@ -131,47 +170,74 @@ void UcxListener::Core::Deliver(const UcxFrame& frame, std::string header, Paylo
   if (frame.timeout_us > 0) {
     request.deadline = Now() + absl::Microseconds(frame.timeout_us);
   }
-  handler->HandleRequest(std::move(request),
-                         [core = weak_from_this(), peer = frame.connection_id,
-                          call = frame.call_id](absl::StatusOr<Response> result) {
-                           if (std::shared_ptr<Core> alive = core.lock())
-                             alive->Reply(peer, call, std::move(result));
-                         });
+  // A copy: the peer may be dropped while the handler runs.
+  std::shared_ptr<internal::ServerConnection> connection = peer.connection;
+  connection->Dispatch(std::move(request), [core = weak_from_this(), peer = frame.connection_id,
+                                            call = frame.call_id](absl::StatusOr<Response> result) {
+    if (std::shared_ptr<Core> alive = core.lock()) {
+      alive->Reply(peer, call, std::move(result), /*answers_request=*/true);
+    }
+  });
 }
 
-void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result) {
+void UcxListener::Core::Unpark(uint64_t id) {
+  auto it = peers.find(id);
+  while (it != peers.end() && !it->second.parked.empty() && it->second.connection->MayReadMore()) {
+    Parked next = std::move(it->second.parked.front());
+    it->second.parked.pop_front();
+    it->second.parked_bytes -= next.header.size() + next.payload.size();
+    HandOn(it->second, next.frame, std::move(next.header), std::move(next.payload));
+    it = peers.find(id);  // the handler may have answered at once, and that may drop the peer
+  }
+}
+
+void UcxListener::Core::MaybeUnpark(uint64_t id) {
+  auto it = peers.find(id);
+  if (it == peers.end() || it->second.parked.empty()) return;
+  worker->Post([core = shared_from_this(), id] { core->Unpark(id); });
+}
+
+void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result,
+                              bool answers_request) {
   if (result.ok() && result->header.size() + result->payload.size() > max_message_bytes) {
     result = absl::ResourceExhaustedError(
         absl::StrFormat("response of %d bytes exceeds the %d-byte message limit",
                         result->payload.size(), max_message_bytes));
   }
-  worker->RunOrPost(
-      [core = shared_from_this(), peer, call_id, result = std::move(result)]() mutable {
-        auto it = core->peers.find(peer);
-        if (it == core->peers.end()) return;  // the client is gone
-        UcxFrame frame;
-        frame.call_id = call_id;
-        frame.connection_id = it->second.client_connection;
-        Payload payload;
-        if (result.ok()) {
-          frame.text = result->header;
-          frame.payload_bytes = result->payload.size();
-          payload = std::move(result->payload);
-        } else {
-          frame.status_code = static_cast<int32_t>(result.status().code());
-          frame.text = result.status().message();
-        }
-        SendFrame(*core->worker, it->second.ep, kResponseAm, frame, std::move(payload),
-                  [](ucs_status_t status) {
-                    if (status != UCS_OK) {
-                      LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
-                    }
-                  });
-      });
+  worker->RunOrPost([core = shared_from_this(), peer, call_id, answers_request,
+                     result = std::move(result)]() mutable {
+    auto it = core->peers.find(peer);
+    if (it == core->peers.end()) return;  // the client is gone
+    UcxFrame frame;
+    frame.call_id = call_id;
+    frame.connection_id = it->second.client_connection;
+    Payload payload;
+    if (result.ok()) {
+      frame.text = result->header;
+      frame.payload_bytes = result->payload.size();
+      payload = std::move(result->payload);
+    } else {
+      frame.status_code = static_cast<int32_t>(result.status().code());
+      frame.text = result.status().message();
+    }
+    const size_t bytes = EncodedUcxFrameSize(frame) + payload.size();
+    std::shared_ptr<internal::ServerConnection> connection = it->second.connection;
+    connection->Answered(bytes, answers_request);
+    SendFrame(*core->worker, it->second.ep, kResponseAm, frame, std::move(payload),
+              [core, peer, connection, bytes](ucs_status_t status) {
+                if (status != UCS_OK) {
+                  LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
+                }
+                connection->Sent(bytes);
+                core->MaybeUnpark(peer);
+              });
+    core->MaybeUnpark(peer);
+  });
 }
 
 void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
-  absl::StatusOr<hetps::v1::UcxBootstrapRequest> parsed = ParseBootstrapRequest(request.header);
+  absl::StatusOr<hetps::v1::UcxBootstrapRequest> parsed =
+      ParseBootstrapRequest(request.header, worker->address());
   if (!parsed.ok()) {
     reply(parsed.status());
     return;
@@ -185,40 +251,73 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
     reply(std::move(out));
     return;
   }
-  const bool posted = worker->Post([core = shared_from_this(), bootstrap = std::move(bootstrap),
-                                    reply = std::move(reply)]() mutable {
-    const uint64_t id = core->next_peer++;
-    Peer peer;
-    peer.client_connection = bootstrap.connection_id();
-    absl::StatusOr<ucp_ep_h> ep =
-        CreateEndpoint(*core->worker, bootstrap.worker_address(),
-                       [weak = core->weak_from_this(), id](ucs_status_t status) {
-                         if (std::shared_ptr<Core> alive = weak.lock()) {
-                           LogInfo("ucx: peer %d is gone (%s)", id, ucs_status_string(status));
-                           alive->worker->Post([alive, id] { alive->Drop(id); });
-                         }
-                       });
-    if (!ep.ok()) {
-      reply(ep.status());
-      return;
-    }
-    peer.ep = *ep;
-    core->peers.emplace(id, std::move(peer));
-    hetps::v1::UcxBootstrapResponse response;
-    response.set_worker_address(core->worker->address());
-    response.set_connection_id(id);
-    response.set_frame_version(kUcxFrameVersion);
-    Response out;
-    out.header = response.SerializeAsString();
-    reply(std::move(out));
-  });
+  // The UCX connection is one of its own for the handler, admitted on the same greeting as
+  // the gRPC connection that bootstraps it; refused, it gets no endpoint.
+  auto connection = std::make_shared<internal::ServerConnection>(
+      handler, options, absl::StrCat("ucx, bootstrapped on connection ", request.connection),
+      bootstrap.greeting());
+  if (!connection->admission().ok()) {
+    reply(connection->admission());
+    return;
+  }
+  const bool posted =
+      worker->Post([core = shared_from_this(), bootstrap = std::move(bootstrap),
+                    connection = std::move(connection), reply = std::move(reply)]() mutable {
+        uint64_t id = 0;
+        while (id == 0 || core->peers.contains(id)) id = core->peer_numbers();
+        Peer peer;
+        peer.client_connection = bootstrap.connection_id();
+        absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(
+            *core->worker, bootstrap.worker_address(),
+            [weak = core->weak_from_this(), id](ucs_status_t status) {
+              if (std::shared_ptr<Core> alive = weak.lock()) {
+                LogInfo("ucx: peer %016x is gone (%s)", id, ucs_status_string(status));
+                alive->worker->Post([alive, id] { alive->Drop(id); });
+              }
+            });
+        if (!ep.ok()) {
+          connection->End();
+          reply(ep.status());
+          return;
+        }
+        peer.ep = *ep;
+        peer.connection = connection;
+        core->peers.emplace(id, std::move(peer));
+        if (core->sweeper != nullptr) {
+          core->sweeper->Add(connection, [weak = core->weak_from_this(), id] {
+            std::shared_ptr<Core> alive = weak.lock();
+            if (alive == nullptr) return;
+            alive->worker->Post([alive, id] {
+              auto it = alive->peers.find(id);
+              if (it == alive->peers.end()) return;
+              alive->SayGoodbye(it->second);
+              alive->Drop(id);
+            });
+          });
+        }
+        hetps::v1::UcxBootstrapResponse response;
+        response.set_worker_address(core->worker->address());
+        response.set_connection_id(id);
+        response.set_frame_version(kUcxFrameVersion);
+        Response out;
+        out.header = response.SerializeAsString();
+        reply(std::move(out));
+      });
   if (!posted) reply(absl::UnavailableError("the UCX listener is shutting down"));
+}
+
+void UcxListener::Core::SayGoodbye(Peer& peer) {
+  UcxFrame goodbye;
+  goodbye.method = kGoodbyeMethod;
+  goodbye.connection_id = peer.client_connection;
+  SendFrame(*worker, peer.ep, kResponseAm, goodbye, Payload(), [](ucs_status_t) {});
 }
 
 void UcxListener::Core::Drop(uint64_t peer) {
   auto it = peers.find(peer);
   if (it == peers.end()) return;
   CloseEndpoint(*worker, it->second.ep, /*force=*/true);
+  it->second.connection->End();
   peers.erase(it);
 }
 
@@ -226,12 +325,18 @@ void UcxListener::Core::Drop(uint64_t peer) {
 class UcxListener::Front final : public RequestHandler {
  public:
   explicit Front(UcxListener* listener) : listener_(listener) {}
+  absl::Status Admit(const ConnectionInfo& connection) override {
+    return listener_->core_->handler->Admit(connection);
+  }
   void HandleRequest(Request request, ReplyCallback reply) override {
     if (request.method == kBootstrapMethod) {
       listener_->core_->Bootstrap(std::move(request), std::move(reply));
       return;
     }
     listener_->core_->handler->HandleRequest(std::move(request), std::move(reply));
+  }
+  void Disconnected(uint64_t connection_id) override {
+    listener_->core_->handler->Disconnected(connection_id);
   }
 
  private:
@@ -245,6 +350,10 @@ absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
   listener->core_ = std::make_shared<Core>();
   listener->core_->handler = handler;
   listener->core_->max_message_bytes = options.max_message_bytes;
+  listener->core_->options = options.shared;
+  listener->core_->options.max_message_bytes = options.max_message_bytes;
+  listener->core_->sweeper =
+      std::make_unique<internal::ConnectionSweeper>(options.shared.idle_timeout);
   HETPS_ASSIGN_OR_RETURN(listener->core_->worker, UcxWorker::Create(options, "ucx-server"));
   std::weak_ptr<Core> weak = listener->core_;
   UcxWorker* worker = listener->core_->worker.get();
@@ -272,13 +381,12 @@ void UcxListener::Shutdown() {
   core->worker->Stop([core] {
     // Replies already posted have gone out; say goodbye to every peer and flush.
     for (auto& [id, peer] : core->peers) {
-      UcxFrame goodbye;
-      goodbye.method = kGoodbyeMethod;
-      goodbye.connection_id = peer.client_connection;
-      SendFrame(*core->worker, peer.ep, kResponseAm, goodbye, Payload(), [](ucs_status_t) {});
+      core->SayGoodbye(peer);
       CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
+      peer.connection->End();
     }
     core->peers.clear();
+    core->sweeper.reset();  // here: bootstraps add to it from this thread
   });
 }
 

@@ -33,10 +33,16 @@ UcxOptions Resolve(UcxOptions options, const std::string& address) {
   return options;
 }
 
+TransportOptions BootstrapOptions(const UcxOptions& options) {
+  TransportOptions grpc = options.shared;
+  grpc.max_message_bytes = options.max_message_bytes;
+  return grpc;
+}
+
 class UcxTransport final : public Transport {
  public:
   explicit UcxTransport(const UcxOptions& options)
-      : options_(options), grpc_(NewGrpcTransport({options.max_message_bytes})) {}
+      : options_(options), grpc_(NewGrpcTransport(BootstrapOptions(options))) {}
 
   ~UcxTransport() override {
     absl::MutexLock lock(&mu_);
@@ -53,13 +59,14 @@ class UcxTransport final : public Transport {
     return std::unique_ptr<Listener>(std::move(listener));
   }
 
+  using Transport::Connect;
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
-                                                      absl::Time deadline) override {
+                                                      absl::Time deadline,
+                                                      const ConnectOptions& options) override {
     HETPS_ASSIGN_OR_RETURN(ucx_internal::ClientWorker * worker, WorkerFor(address));
-    HETPS_ASSIGN_OR_RETURN(
-        std::unique_ptr<ucx_internal::UcxConnection> connection,
-        ucx_internal::UcxConnection::Connect(address, deadline, worker, grpc_, &timers_,
-                                             options_.max_message_bytes));
+    HETPS_ASSIGN_OR_RETURN(std::unique_ptr<ucx_internal::UcxConnection> connection,
+                           ucx_internal::UcxConnection::Connect(address, deadline, options, worker,
+                                                                grpc_, &timers_, options_));
     return std::unique_ptr<Connection>(std::move(connection));
   }
 

@@ -38,6 +38,9 @@ struct UcxOptions {
   absl::Duration poll_before_sleep = absl::Microseconds(50);
   // Payloads from this many bytes on go by rendezvous (zero-copy); 0: UCX's choice.
   size_t rndv_threshold = 0;
+  // What UCX shares with gRPC (its bootstrap runs over gRPC): keepalive, idle timeout and
+  // backpressure. Its max_message_bytes is ignored for the one above.
+  TransportOptions shared;
 };
 
 std::shared_ptr<Transport> NewUcxTransport(const UcxOptions& options);

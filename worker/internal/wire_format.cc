@@ -1,6 +1,7 @@
 #include "worker/internal/wire_format.h"
 
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -96,6 +97,7 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
   stats.payload_bytes_sent = proto.payload_bytes_sent();
   stats.failed_requests = proto.failed_requests();
   stats.pushes_refused = proto.pushes_refused();
+  stats.requests_waiting = proto.requests_waiting();
   stats.min_version = proto.min_version();
   stats.max_version = proto.max_version();
   return stats;
@@ -156,6 +158,26 @@ transport::Payload GradientPayload(const Piece& piece) {
   ConvertFloats(piece.gradient, piece.gradient_format, converted->data(), piece.push_format,
                 piece.elements);
   return transport::Payload::Shared(transport::ByteSpan(converted->data(), bytes), converted);
+}
+
+uint64_t NewIncarnation() {
+  std::random_device device;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
+  return id;
+}
+
+hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,
+                                  uint64_t incarnation) {
+  hetps::v1::HelloRequest hello;
+  hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+  hello.set_job_id(options.job_id);
+  hello.set_worker_rank(options.rank);
+  hello.set_world_size(options.world_size);
+  hello.set_shard_index(shard);
+  hello.set_num_shards(num_shards);
+  hello.set_incarnation(incarnation);
+  return hello;
 }
 
 }  // namespace hetps::internal
