@@ -9,10 +9,12 @@
 #include <grpcpp/support/client_callback.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +28,7 @@
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
 #include "transport/grpc/frame_codec.h"
@@ -92,6 +95,85 @@ TEST(KeepaliveTest, AShardThatStopsAnsweringIsNoticedBeforeTheCallsDeadlineThenR
     } while (absl::Now() < give_up);
     EXPECT_TRUE(again.ok()) << "no reconnection once the shard answers again: " << again;
     (*connection)->Shutdown();
+  }
+}
+
+// Run as a child process by the test below: rank 1 of 2 pulls a version nobody makes, and waits.
+TEST(SlowPeersChild, DISABLED_PullsAndWaits) {
+  const char* address = std::getenv("HETPS_TEST_SHARD");
+  const char* transport_name = std::getenv("HETPS_TEST_TRANSPORT");
+  const char* key = std::getenv("HETPS_TEST_TENSOR_KEY");
+  ASSERT_TRUE(address != nullptr && transport_name != nullptr && key != nullptr);
+  uint64_t tensor_key = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(key, &tensor_key));
+  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(transport_name);
+  auto connection = transport->Connect(address, absl::Now() + absl::Seconds(10),
+                                       testing::WorkerGreeting(0, 1, 1, 2));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  hetps::v1::PullRequest pull;
+  pull.set_worker_rank(1);
+  pull.set_min_version(1);
+  hetps::v1::PartitionItem* item = pull.add_items();
+  item->set_tensor_key(tensor_key);
+  item->set_partition(0);
+  item->set_dtype(hetps::v1::DTYPE_FP32);
+  transport::Request request;
+  request.method = hetps::v1::METHOD_PULL;
+  request.header = pull.SerializeAsString();
+  request.deadline = absl::Now() + absl::Seconds(120);
+  testing::CallAndWait(**connection, std::move(request)).IgnoreError();
+}
+
+// A worker that stops answering (stopped, or its machine gone without a word) while its pull
+// waits: the shard's keepalive closes its connection and lets the pull go, long before the
+// pull's own deadline.
+TEST(KeepaliveTest, AWorkerThatStopsAnsweringIsLetGoByTheShard) {
+  for (const std::string& name : testing::TransportsUnderTest({})) {
+    SCOPED_TRACE(name);
+    LocalCluster cluster;
+    std::vector<std::string> env;
+    if (name == "ucx-tcp") env.push_back("UCX_TLS=tcp");
+    ASSERT_TRUE(cluster
+                    .Start(1, 2,
+                           {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx"),
+                            "--keepalive_s=1"},
+                           env)
+                    .ok());
+    ClientOptions options;
+    options.servers = cluster.addresses();
+    options.world_size = 2;
+    options.transport = "grpc";
+    auto client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    auto id = (*client)->Declare(testing::Spec("w", 16, 0.1, SyncMode::kBsp));
+    ASSERT_TRUE(id.ok()) << id.status();
+    auto waiting = [&]() -> uint64_t {
+      auto stats = (*client)->Stats();
+      return stats.ok() ? (*stats)[0].requests_waiting : ~uint64_t{0};
+    };
+    auto await_waiting = [&](uint64_t count, absl::Duration timeout) {
+      const absl::Time give_up = absl::Now() + timeout;
+      while (waiting() != count && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+      return waiting() == count;
+    };
+
+    env.push_back(absl::StrCat("HETPS_TEST_SHARD=", cluster.addresses()[0]));
+    env.push_back(absl::StrCat("HETPS_TEST_TRANSPORT=", name));
+    env.push_back(absl::StrCat("HETPS_TEST_TENSOR_KEY=", *id));
+    testing::Subprocess worker(
+        {testing::BinaryPath("tests/integration_test"), "--gtest_also_run_disabled_tests",
+         "--gtest_filter=SlowPeersChild.DISABLED_PullsAndWaits"},
+        absl::StrCat(cluster.dir(), "/child.log"), env);
+    ASSERT_TRUE(await_waiting(1, absl::Seconds(30)))
+        << testing::ReadFile(cluster.dir() + "/child.log");
+    ASSERT_TRUE(worker.Stop());
+    const absl::Time stopped = absl::Now();
+    EXPECT_TRUE(await_waiting(0, absl::Seconds(30)))
+        << "the shard still holds the pull of a worker that stopped answering";
+    std::cout << name << ": the pull of a stopped worker was let go after "
+              << absl::FormatDuration(absl::Now() - stopped) << "\n";
+    worker.Signal(SIGKILL);
+    worker.Wait(absl::Seconds(10));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <deque>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,9 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   struct Peer {
     ucp_ep_h ep = nullptr;
     uint64_t client_connection = 0;
+    // The gRPC connection it was bootstrapped on: the client's keepalives travel there, so a
+    // client that goes silent loses both.
+    uint64_t bootstrap_connection = 0;
     bool lanes_logged = false;
     std::shared_ptr<internal::ServerConnection> connection;
     std::deque<Parked> parked;
@@ -66,6 +70,9 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   void Bootstrap(Request request, ReplyCallback reply);
   void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
+  // Says goodbye to, and drops, the peers bootstrapped on gRPC connection `connection`, which
+  // has ended.
+  void DropBootstrappedOn(uint64_t connection);
 };
 
 ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_length, void* data,
@@ -262,11 +269,13 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
   }
   const bool posted =
       worker->Post([core = shared_from_this(), bootstrap = std::move(bootstrap),
+                    bootstrap_connection = request.connection,
                     connection = std::move(connection), reply = std::move(reply)]() mutable {
         uint64_t id = 0;
         while (id == 0 || core->peers.contains(id)) id = core->peer_numbers();
         Peer peer;
         peer.client_connection = bootstrap.connection_id();
+        peer.bootstrap_connection = bootstrap_connection;
         absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(
             *core->worker, bootstrap.worker_address(),
             [weak = core->weak_from_this(), id](ucs_status_t status) {
@@ -321,6 +330,21 @@ void UcxListener::Core::Drop(uint64_t peer) {
   peers.erase(it);
 }
 
+void UcxListener::Core::DropBootstrappedOn(uint64_t connection) {
+  worker->Post([core = shared_from_this(), connection] {
+    std::vector<uint64_t> gone;
+    for (const auto& [id, peer] : core->peers) {
+      if (peer.bootstrap_connection == connection) gone.push_back(id);
+    }
+    for (uint64_t id : gone) {
+      LogInfo("ucx: closing connection %d: its bootstrap connection ended",
+              core->peers[id].connection->id());
+      core->SayGoodbye(core->peers[id]);
+      core->Drop(id);
+    }
+  });
+}
+
 // The gRPC side: UCX bootstraps are answered here, everything else goes to the handler.
 class UcxListener::Front final : public RequestHandler {
  public:
@@ -337,6 +361,7 @@ class UcxListener::Front final : public RequestHandler {
   }
   void Disconnected(uint64_t connection_id) override {
     listener_->core_->handler->Disconnected(connection_id);
+    listener_->core_->DropBootstrappedOn(connection_id);
   }
 
  private:
