@@ -235,7 +235,7 @@ class GrpcListener::Service final : public grpc::CallbackGenericService {
     if (auto it = metadata.find(kGreetingMetadata); it != metadata.end()) {
       greeting.assign(it->second.data(), it->second.size());
     }
-    auto connection = std::make_shared<internal::ServerConnection>(
+    std::shared_ptr<internal::ServerConnection> connection = internal::ServerConnection::Create(
         handler_, options_, context->peer(), std::move(greeting));
     auto stream = std::make_shared<ServerStream>(connection, options_.max_message_bytes);
     sweeper_.Add(connection, [weak = std::weak_ptr<ServerStream>(stream)] {

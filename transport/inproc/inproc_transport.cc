@@ -213,7 +213,7 @@ void InProcConnection::Call(Request request, ResponseCallback done) {
       }
       if (server_side->endpoint != endpoint) {
         server_side->endpoint = endpoint;
-        server_side->connection = std::make_shared<internal::ServerConnection>(
+        server_side->connection = internal::ServerConnection::Create(
             endpoint->handler, network->options(), "inproc", greeting);
         endpoint->connections.push_back(server_side->connection);
       }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 
@@ -12,6 +13,14 @@ namespace {
 uint64_t NextConnectionId() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Every live connection by its id, for ServerConnection::Find.
+absl::Mutex registry_mu(absl::kConstInit);
+absl::flat_hash_map<uint64_t, std::weak_ptr<ServerConnection>>& Registry()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu) {
+  static auto* registry = new absl::flat_hash_map<uint64_t, std::weak_ptr<ServerConnection>>();
+  return *registry;
 }
 
 ConnectionInfo MakeInfo(std::string peer, std::string greeting) {
@@ -35,6 +44,27 @@ ServerConnection::ServerConnection(RequestHandler* handler, const TransportOptio
   if (!admission_.ok()) {
     LogWarning("refused connection %d from %s: %s", info_.id, info_.peer, admission_.ToString());
   }
+}
+
+std::shared_ptr<ServerConnection> ServerConnection::Create(RequestHandler* handler,
+                                                           const TransportOptions& options,
+                                                           std::string peer, std::string greeting) {
+  std::shared_ptr<ServerConnection> connection(
+      new ServerConnection(handler, options, std::move(peer), std::move(greeting)));
+  absl::MutexLock lock(&registry_mu);
+  Registry()[connection->id()] = connection;
+  return connection;
+}
+
+ServerConnection::~ServerConnection() {
+  absl::MutexLock lock(&registry_mu);
+  Registry().erase(id());
+}
+
+std::shared_ptr<ServerConnection> ServerConnection::Find(uint64_t id) {
+  absl::MutexLock lock(&registry_mu);
+  auto it = Registry().find(id);
+  return it == Registry().end() ? nullptr : it->second.lock();
 }
 
 void ServerConnection::Dispatch(Request request, ReplyCallback reply) {
@@ -69,7 +99,17 @@ bool ServerConnection::MayReadMore() const {
 
 bool ServerConnection::IdleSince(absl::Time cutoff) const {
   absl::MutexLock lock(&mu_);
-  return in_progress_ == 0 && unsent_bytes_ == 0 && last_request_ < cutoff;
+  return in_progress_ == 0 && unsent_bytes_ == 0 && pins_ == 0 && last_request_ < cutoff;
+}
+
+void ServerConnection::Pin() {
+  absl::MutexLock lock(&mu_);
+  ++pins_;
+}
+
+void ServerConnection::Unpin() {
+  absl::MutexLock lock(&mu_);
+  --pins_;
 }
 
 void ServerConnection::End() {

@@ -25,8 +25,12 @@ namespace hetps::transport::internal {
 class ServerConnection {
  public:
   // Asks `handler` to admit the connection. REQUIRES: `handler` outlives End().
-  ServerConnection(RequestHandler* handler, const TransportOptions& options, std::string peer,
-                   std::string greeting);
+  static std::shared_ptr<ServerConnection> Create(RequestHandler* handler,
+                                                  const TransportOptions& options, std::string peer,
+                                                  std::string greeting);
+  ~ServerConnection();
+  // The live connection numbered `id`, or null.
+  static std::shared_ptr<ServerConnection> Find(uint64_t id);
 
   uint64_t id() const { return info_.id; }
   const std::string& peer() const { return info_.peer; }
@@ -43,12 +47,19 @@ class ServerConnection {
   // Backpressure: false while the replies the client has not taken, or the requests in
   // progress, are over the bounds of TransportOptions.
   bool MayReadMore() const;
-  // No request in progress, nothing unsent, and nothing received since `cutoff`.
+  // No request in progress, nothing unsent, nothing received since `cutoff`, and not pinned.
   bool IdleSince(absl::Time cutoff) const;
+  // While pinned, the connection is not idle: a UCX connection pins the gRPC connection it was
+  // bootstrapped on, which carries its keepalives but none of its requests.
+  void Pin();
+  void Unpin();
   // The connection has ended: tells the handler once, when it had been admitted.
   void End();
 
  private:
+  ServerConnection(RequestHandler* handler, const TransportOptions& options, std::string peer,
+                   std::string greeting);
+
   RequestHandler* const handler_;
   const size_t max_unsent_bytes_;
   const size_t max_in_progress_;
@@ -58,6 +69,7 @@ class ServerConnection {
   mutable absl::Mutex mu_;
   size_t in_progress_ ABSL_GUARDED_BY(mu_) = 0;
   size_t unsent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int pins_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_request_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -39,6 +39,7 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
     // The gRPC connection it was bootstrapped on: the client's keepalives travel there, so a
     // client that goes silent loses both.
     uint64_t bootstrap_connection = 0;
+    std::shared_ptr<internal::ServerConnection> carrier;  // that connection, pinned
     bool lanes_logged = false;
     std::shared_ptr<internal::ServerConnection> connection;
     std::deque<Parked> parked;
@@ -260,7 +261,7 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
   }
   // The UCX connection is one of its own for the handler, admitted on the same greeting as
   // the gRPC connection that bootstraps it; refused, it gets no endpoint.
-  auto connection = std::make_shared<internal::ServerConnection>(
+  std::shared_ptr<internal::ServerConnection> connection = internal::ServerConnection::Create(
       handler, options, absl::StrCat("ucx, bootstrapped on connection ", request.connection),
       bootstrap.greeting());
   if (!connection->admission().ok()) {
@@ -269,13 +270,15 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
   }
   const bool posted =
       worker->Post([core = shared_from_this(), bootstrap = std::move(bootstrap),
-                    bootstrap_connection = request.connection,
-                    connection = std::move(connection), reply = std::move(reply)]() mutable {
+                    bootstrap_connection = request.connection, connection = std::move(connection),
+                    reply = std::move(reply)]() mutable {
         uint64_t id = 0;
         while (id == 0 || core->peers.contains(id)) id = core->peer_numbers();
         Peer peer;
         peer.client_connection = bootstrap.connection_id();
         peer.bootstrap_connection = bootstrap_connection;
+        peer.carrier = internal::ServerConnection::Find(bootstrap_connection);
+        if (peer.carrier != nullptr) peer.carrier->Pin();
         absl::StatusOr<ucp_ep_h> ep = CreateEndpoint(
             *core->worker, bootstrap.worker_address(),
             [weak = core->weak_from_this(), id](ucs_status_t status) {
@@ -327,6 +330,7 @@ void UcxListener::Core::Drop(uint64_t peer) {
   if (it == peers.end()) return;
   CloseEndpoint(*worker, it->second.ep, /*force=*/true);
   it->second.connection->End();
+  if (it->second.carrier != nullptr) it->second.carrier->Unpin();
   peers.erase(it);
 }
 
@@ -409,6 +413,7 @@ void UcxListener::Shutdown() {
       core->SayGoodbye(peer);
       CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
       peer.connection->End();
+      if (peer.carrier != nullptr) peer.carrier->Unpin();
     }
     core->peers.clear();
     core->sweeper.reset();  // here: bootstraps add to it from this thread
