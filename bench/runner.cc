@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/auth_token.h"
 #include "common/half.h"
 #include "common/status_macros.h"
 #include "proto/ps.pb.h"
@@ -400,11 +401,12 @@ absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(
   runner->call_timeout_ = call_timeout;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   const uint64_t incarnation = internal::NewIncarnation();
+  HETPS_ASSIGN_OR_RETURN(const std::string auth_token, LoadAuthToken(options.auth_token_file));
   const auto num_shards = static_cast<uint32_t>(options.servers.size());
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     transport::ConnectOptions connect;
-    connect.greeting =
-        internal::MakeHello(options, shard, num_shards, incarnation).SerializeAsString();
+    connect.greeting = internal::MakeHello(options, shard, num_shards, incarnation, auth_token)
+                           .SerializeAsString();
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<transport::Connection> connection,
                            runner->transport_->Connect(options.servers[shard], deadline, connect));
     runner->connections_.push_back(std::move(connection));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/auth_token.h"
 #include "common/command_line.h"
 #include "common/log.h"
 #include "google/protobuf/stubs/logging.h"
@@ -65,6 +66,9 @@ ABSL_FLAG(double, keepalive_s, 10,
 ABSL_FLAG(uint64_t, max_unsent_reply_bytes, 256 << 20,
           "Per connection: while the replies a worker has not taken exceed this, the shard "
           "reads no more of its requests");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the job's shared secret: only workers that present it are served. "
+          "Empty: $HETPS_AUTH_TOKEN if set, else no authentication");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -179,6 +183,13 @@ int main(int argc, char** argv) {
   options.keepalive_interval = absl::Seconds(absl::GetFlag(FLAGS_keepalive_s));
   options.keepalive_timeout = options.keepalive_interval;
   options.max_unsent_reply_bytes = absl::GetFlag(FLAGS_max_unsent_reply_bytes);
+  absl::StatusOr<std::string> token = hetps::LoadAuthToken(absl::GetFlag(FLAGS_auth_token_file));
+  if (!token.ok()) {
+    std::fprintf(stderr, "ps-server: --auth_token_file: %s\n",
+                 std::string(token.status().message()).c_str());
+    return 2;
+  }
+  options.auth_token = *std::move(token);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.max_wait = options.max_wait;
   shard_options.max_message_bytes = options.max_message_bytes;
   shard_options.max_memory_bytes = options.max_memory_bytes;
+  shard_options.auth_token = options.auth_token;
   if (shard_options.max_memory_bytes == 0) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_bytes = sysconf(_SC_PAGESIZE);

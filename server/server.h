@@ -45,6 +45,9 @@ struct ServerOptions {
   // hold; declarations beyond it get ResourceExhausted instead of running the machine out of
   // memory. 0: 90% of the machine's memory.
   uint64_t max_memory_bytes = 0;
+  // The job's shared secret (see common/auth_token.h); when set, only workers that present it
+  // are served, every other connection gets UNAUTHENTICATED. Empty: no authentication.
+  std::string auth_token;
 
   // --- Where and how it listens ---
 

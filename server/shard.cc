@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/auth_token.h"
 #include "common/log.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
@@ -190,6 +191,17 @@ absl::Status Shard::CheckHello(const hetps::v1::HelloRequest& hello) const {
 }
 
 absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
+  if (!options_.auth_token.empty()) {
+    // First, and the same answer whatever else is wrong: nothing else is told to a stranger.
+    hetps::v1::HelloRequest hello;
+    if (!hello.ParseFromString(connection.greeting) ||
+        !AuthTokensEqual(hello.auth_token(), options_.auth_token)) {
+      return absl::UnauthenticatedError(absl::StrFormat(
+          "shard %d takes only workers that present the job's token (ClientOptions::"
+          "auth_token_file or $%s): this connection's is missing or wrong",
+          options_.shard_index, kAuthTokenEnvironment));
+    }
+  }
   if (connection.greeting.empty()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shard %d: the connection did not say who it is (a hetps client sends its hello when it "

@@ -46,6 +46,8 @@ struct ShardOptions {
   // Declarations that would take the shard's tensor memory (weights, optimizer state and a
   // gradient buffer per partition) past this are refused with ResourceExhausted.
   uint64_t max_memory_bytes = ~uint64_t{0};
+  // The job's shared secret; when set, only connections that present it are admitted.
+  std::string auth_token;
 };
 
 class Shard final : public transport::RequestHandler {

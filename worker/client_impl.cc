@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/auth_token.h"
 #include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/runtime.h"
@@ -95,9 +96,11 @@ absl::StatusOr<PartitionRun> SelectPartitions(const DeclaredTensor& tensor, Part
 
 class ClientImpl final : public Client {
  public:
-  ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport)
+  ClientImpl(const ClientOptions& options, std::shared_ptr<transport::Transport> transport,
+             std::string auth_token)
       : options_(options),
         transport_(std::move(transport)),
+        auth_token_(std::move(auth_token)),
         timers_(std::make_unique<TimerQueue>()),
         incarnation_(internal::NewIncarnation()) {}
 
@@ -145,6 +148,7 @@ class ClientImpl final : public Client {
 
   const ClientOptions options_;
   const std::shared_ptr<transport::Transport> transport_;
+  const std::string auth_token_;  // the job's secret, or empty
   std::unique_ptr<TimerQueue> timers_;
   // This run of the worker (see HelloRequest.incarnation); its pushes are numbered from 1.
   const uint64_t incarnation_;
@@ -166,8 +170,8 @@ absl::Status ClientImpl::Connect() {
     const std::string& address = options_.servers[shard];
     // The hello goes twice: as the greeting of every connection (the shard admits each on it)
     // and as the Hello call, which also makes this run the rank's current one.
-    headers.push_back(
-        internal::MakeHello(options_, shard, num_shards, incarnation_).SerializeAsString());
+    headers.push_back(internal::MakeHello(options_, shard, num_shards, incarnation_, auth_token_)
+                          .SerializeAsString());
     transport::ConnectOptions connect;
     connect.greeting = headers.back();
     absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
@@ -508,7 +512,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
     HETPS_ASSIGN_OR_RETURN(transport,
                            transport::CreateTransport(options.transport, transport_options));
   }
-  auto client = std::make_unique<ClientImpl>(options, std::move(transport));
+  HETPS_ASSIGN_OR_RETURN(std::string auth_token, LoadAuthToken(options.auth_token_file));
+  auto client = std::make_unique<ClientImpl>(options, std::move(transport), std::move(auth_token));
   HETPS_RETURN_IF_ERROR(client->Connect());
   return client;
 }

@@ -42,6 +42,9 @@ struct ClientOptions {
   uint32_t world_size = 1;
   // Must equal the shards' --job_id.
   std::string job_id = "hetps";
+  // File holding the job's shared secret, for shards started with one (--auth_token_file).
+  // Empty: $HETPS_AUTH_TOKEN if set, else none. Read once, by Client::Create.
+  std::string auth_token_file;
   // "grpc", or "ucx" (shards started with --transport=ucx, the default where hetps is built
   // with UCX). Ignored when transport_instance is set (tests use the in-process transport).
   std::string transport = "grpc";

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,7 @@ TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
       {{"--lifetime_s=nan"}, "--lifetime_s must be"},
       {{"--max_wait_s=0"}, "--max_wait_s must be"},
       {{"--idle_timeout_s=-1"}, "--idle_timeout_s must be"},
+      {{"--auth_token_file=/nonexistent/token"}, "cannot read the token file /nonexistent/token"},
       {{"--keepalive_s=0"}, "--keepalive_s must be"},
       {{"--max_unsent_reply_bytes=1000"}, "--max_unsent_reply_bytes must be"},
       {{"--num_shards=0"}, "--num_shards must be"},
@@ -119,6 +121,50 @@ TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
     cluster.shard(0).Signal(SIGTERM);
     EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(20)), 0) << log();
   }
+}
+
+// The token comes from a file, so it is not in the shard's command line (`ps`); it is in no log
+// line either, and a host that keeps presenting a wrong one is logged once.
+TEST(PsServerAuthTest, TheTokenComesFromAFileAndShowsNowhere) {
+  const std::string token = "a-secret-that-must-not-leak";
+  ScopedTempDir dir;
+  const std::string file = dir.path() + "/token";
+  std::ofstream(file) << token << "\n";
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--auth_token_file=" + file}).ok());
+  const std::string command_line =
+      ReadFile(absl::StrCat("/proc/", cluster.shard(0).pid(), "/cmdline"));
+  EXPECT_FALSE(command_line.empty());
+  EXPECT_FALSE(absl::StrContains(command_line, token));
+
+  std::shared_ptr<transport::Transport> grpc = testing::NewTestTransport("grpc");
+  for (int i = 0; i < 20; ++i) {
+    auto connection = grpc->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
+                                    testing::WorkerGreeting(0, 1, 0, 1, "hetps", token + "-wrong"));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    transport::Request request;
+    request.method = hetps::v1::METHOD_ECHO;
+    request.deadline = absl::Now() + absl::Seconds(10);
+    EXPECT_EQ(testing::CallAndWait(**connection, std::move(request)).status().code(),
+              absl::StatusCode::kUnauthenticated);
+    (*connection)->Shutdown();
+  }
+  ClientOptions options;
+  options.servers = cluster.addresses();
+  options.transport = "grpc";
+  options.auth_token_file = file;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  (*client)->Shutdown();
+
+  const std::string log = ReadFile(cluster.shard_log(0));
+  EXPECT_FALSE(absl::StrContains(log, token)) << log;
+  size_t refusals = 0;
+  for (size_t at = log.find("refused connection"); at != std::string::npos;
+       at = log.find("refused connection", at + 1)) {
+    ++refusals;
+  }
+  EXPECT_EQ(refusals, 1u) << log;
 }
 
 // Every malformed string field makes protobuf log a line: a client must not be able to fill the

@@ -49,14 +49,16 @@ std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
 }
 
 transport::ConnectOptions WorkerGreeting(uint32_t shard, uint32_t num_shards, uint32_t rank,
-                                         uint32_t world_size, const std::string& job_id) {
+                                         uint32_t world_size, const std::string& job_id,
+                                         const std::string& auth_token) {
   ClientOptions options;
   options.rank = rank;
   options.world_size = world_size;
   options.job_id = job_id;
   transport::ConnectOptions connect;
-  connect.greeting = internal::MakeHello(options, shard, num_shards, internal::NewIncarnation())
-                         .SerializeAsString();
+  connect.greeting =
+      internal::MakeHello(options, shard, num_shards, internal::NewIncarnation(), auth_token)
+          .SerializeAsString();
   return connect;
 }
 

@@ -27,11 +27,12 @@ std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
 std::shared_ptr<transport::Transport> NewTestTransport(const std::string& name,
                                                        const transport::TransportOptions& options);
 
-// The greeting a worker of rank `rank` of `world_size` in job `job_id` sends shard `shard` of
-// `num_shards` when it connects (shards admit connections on it), for tests that speak the
-// wire protocol themselves.
+// The greeting a worker of rank `rank` of `world_size` in job `job_id` (with the job's token,
+// if any) sends shard `shard` of `num_shards` when it connects (shards admit connections on it),
+// for tests that speak the wire protocol themselves.
 transport::ConnectOptions WorkerGreeting(uint32_t shard, uint32_t num_shards, uint32_t rank,
-                                         uint32_t world_size, const std::string& job_id = "hetps");
+                                         uint32_t world_size, const std::string& job_id = "hetps",
+                                         const std::string& auth_token = "");
 
 // Names usable in test names ("ucx-tcp" -> "ucx_tcp").
 std::string TestName(std::string name);

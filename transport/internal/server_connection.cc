@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 
@@ -21,6 +22,17 @@ absl::flat_hash_map<uint64_t, std::weak_ptr<ServerConnection>>& Registry()
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu) {
   static auto* registry = new absl::flat_hash_map<uint64_t, std::weak_ptr<ServerConnection>>();
   return *registry;
+}
+
+// Whether no connection from the host of `peer` ("ipv4:10.0.0.1:50212") was refused before:
+// a host that keeps connecting must not fill the log. Forgets every host past 4096 of them.
+bool FirstRefusalOf(const std::string& peer) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* hosts = new absl::flat_hash_set<std::string>();
+  const std::string host = peer.substr(0, peer.rfind(':'));
+  absl::MutexLock lock(&mu);
+  if (hosts->size() >= 4096) hosts->clear();
+  return hosts->insert(host).second;
 }
 
 ConnectionInfo MakeInfo(std::string peer, std::string greeting) {
@@ -41,8 +53,9 @@ ServerConnection::ServerConnection(RequestHandler* handler, const TransportOptio
       info_(MakeInfo(std::move(peer), std::move(greeting))),
       admission_(handler_->Admit(info_)),
       last_request_(absl::Now()) {
-  if (!admission_.ok()) {
-    LogWarning("refused connection %d from %s: %s", info_.id, info_.peer, admission_.ToString());
+  if (!admission_.ok() && FirstRefusalOf(info_.peer)) {
+    LogWarning("refused connection %d from %s: %s (further refusals of this host not logged)",
+               info_.id, info_.peer, admission_.ToString());
   }
 }
 

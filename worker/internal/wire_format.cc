@@ -168,7 +168,7 @@ uint64_t NewIncarnation() {
 }
 
 hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,
-                                  uint64_t incarnation) {
+                                  uint64_t incarnation, absl::string_view auth_token) {
   hetps::v1::HelloRequest hello;
   hello.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
   hello.set_job_id(options.job_id);
@@ -177,6 +177,7 @@ hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, 
   hello.set_shard_index(shard);
   hello.set_num_shards(num_shards);
   hello.set_incarnation(incarnation);
+  if (!auth_token.empty()) hello.set_auth_token(std::string(auth_token));
   return hello;
 }
 

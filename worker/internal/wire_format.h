@@ -29,7 +29,7 @@ uint64_t NewIncarnation();
 // What a worker tells shard `shard` of `num_shards` when it connects (the connection's greeting,
 // transport::ConnectOptions) and in its Hello call.
 hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,
-                                  uint64_t incarnation);
+                                  uint64_t incarnation, absl::string_view auth_token);
 
 FloatFormat FormatOf(DType dtype);
 hetps::v1::DType WireDType(FloatFormat format);
