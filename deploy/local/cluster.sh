@@ -4,8 +4,9 @@
 # stops the shards. Ports are picked by the shards and printed.
 #
 #   deploy/local/cluster.sh [--build_dir build] [--shards 2] [--workers 2] [--steps 30]
-#                           [--sync bsp|asp] [--transport ucx|grpc]
-# The transport defaults to UCX where hetps is built with it.
+#                           [--sync bsp|asp] [--transport ucx|grpc] [--auth_token_file FILE]
+# The transport defaults to UCX where hetps is built with it. The job's token comes from
+# --auth_token_file, else $HETPS_AUTH_TOKEN, else a new random one for this run.
 set -euo pipefail
 
 build_dir=build
@@ -14,6 +15,7 @@ workers=2
 steps=30
 sync=bsp
 transport=()
+token_file=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build_dir) build_dir=$2; shift 2 ;;
@@ -22,7 +24,8 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --sync) sync=$2; shift 2 ;;
     --transport) transport=(--transport "$2"); shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --auth_token_file) token_file=$2; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -49,10 +52,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Only this job's workers may reach its shards: they share a token, given or made here.
+if [ -z "$token_file" ]; then
+  token_file="$run_dir/job.token"
+  (umask 077 && if [ -n "${HETPS_AUTH_TOKEN:-}" ]; then printf '%s\n' "$HETPS_AUTH_TOKEN"; else
+    head -c 32 /dev/urandom | base64; fi >"$token_file")
+fi
+auth=(--auth_token_file "$token_file")
+
 for ((i = 0; i < shards; i++)); do
   # --lifetime_s: the shards end by themselves even if this script is killed.
   "$server" --host 127.0.0.1 --port 0 --port_file "$run_dir/port$i" --shard_index "$i" \
-    --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 "${transport[@]}" \
+    --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 "${transport[@]}" "${auth[@]}" \
     >"$run_dir/shard$i.log" 2>&1 &
   server_pids+=($!)
 done
@@ -82,7 +93,7 @@ worker_pids=()
 for ((r = 0; r < workers; r++)); do
   # Output goes through sed for a prefix; $! is still the worker, so its exit code counts.
   "$worker" --servers "$servers" --rank "$r" --world_size "$workers" --steps "$steps" \
-    --sync "$sync" "${transport[@]}" > >(sed -u "s/^/[worker $r] /") 2>&1 &
+    --sync "$sync" "${transport[@]}" "${auth[@]}" > >(sed -u "s/^/[worker $r] /") 2>&1 &
   worker_pids+=($!)
 done
 status=0

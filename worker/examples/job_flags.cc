@@ -13,6 +13,9 @@ ABSL_FLAG(std::string, servers, "", "Comma-separated shard addresses, in shard-i
 ABSL_FLAG(uint32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(uint32_t, world_size, 1, "Number of workers");
 ABSL_FLAG(std::string, job_id, "hetps", "Job name (must match the shards' --job_id)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the job's token, for shards started with one (empty: "
+          "$HETPS_AUTH_TOKEN if set, else none)");
 #ifdef HETPS_HAVE_UCX
 ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
 #else
@@ -37,6 +40,7 @@ ClientOptions ClientOptionsFromFlags() {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.world_size = absl::GetFlag(FLAGS_world_size);
   options.job_id = absl::GetFlag(FLAGS_job_id);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   options.transport = absl::GetFlag(FLAGS_transport);
   options.partition_bytes = absl::GetFlag(FLAGS_partition_bytes);
   // Room for a partition and its header, as the client requires.
