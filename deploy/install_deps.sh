@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libjemalloc-dev libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
+  openssl
   "$@"
 )
 

@@ -69,6 +69,11 @@ ABSL_FLAG(uint64_t, max_unsent_reply_bytes, 256 << 20,
 ABSL_FLAG(std::string, auth_token_file, "",
           "File holding the job's shared secret: only workers that present it are served. "
           "Empty: $HETPS_AUTH_TOKEN if set, else no authentication");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "TLS: this shard's certificate (PEM) for gRPC and UCX bootstraps; with --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "", "TLS: the key of --tls_cert_file (PEM)");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "TLS: require client certificates signed by this CA (PEM); empty: not asked for");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -190,6 +195,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.auth_token = *std::move(token);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca_file);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

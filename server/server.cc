@@ -47,6 +47,9 @@ transport::TransportOptions TransportOptionsFor(const ServerOptions& options) {
   transport_options.keepalive_interval = options.keepalive_interval;
   transport_options.keepalive_timeout = options.keepalive_timeout;
   transport_options.max_unsent_reply_bytes = options.max_unsent_reply_bytes;
+  transport_options.tls_cert_file = options.tls_cert_file;
+  transport_options.tls_key_file = options.tls_key_file;
+  transport_options.tls_ca_file = options.tls_ca_file;
   return transport_options;
 }
 

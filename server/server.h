@@ -71,6 +71,11 @@ struct ServerOptions {
   absl::Duration keepalive_interval = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(10);
   size_t max_unsent_reply_bytes = 256 << 20;
+  // TLS for gRPC and UCX bootstraps (transport::TransportOptions): this shard's certificate and
+  // key, and a CA to require client certificates from; empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
 
   // --- Affects performance ---
 

@@ -156,6 +156,16 @@ struct TransportOptions {
   // requests (a client that never reads cannot make the server queue without bound).
   size_t max_unsent_reply_bytes = 256 << 20;
   size_t max_requests_in_progress = 4096;
+
+  // TLS for gRPC (and so for UCX's bootstrap, which runs over it), from PEM files; all empty:
+  // plaintext. Server: tls_cert_file and tls_key_file are its certificate and key; with
+  // tls_ca_file too, it requires client certificates signed by that CA. Client: tls_ca_file
+  // verifies the server (whose certificate must name the address connected to); with
+  // tls_cert_file and tls_key_file it presents a certificate of its own. A file that cannot
+  // be read fails Listen or Connect with InvalidArgument.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
 };
 
 class Transport {

@@ -509,6 +509,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
     transport_options.max_message_bytes = options.max_message_bytes;
     transport_options.ucx_net_devices = options.ucx_net_devices;
     transport_options.ucx_busy_poll = options.ucx_busy_poll;
+    transport_options.tls_ca_file = options.tls_ca_file;
+    transport_options.tls_cert_file = options.tls_cert_file;
+    transport_options.tls_key_file = options.tls_key_file;
     HETPS_ASSIGN_OR_RETURN(transport,
                            transport::CreateTransport(options.transport, transport_options));
   }

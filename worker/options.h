@@ -45,6 +45,11 @@ struct ClientOptions {
   // File holding the job's shared secret, for shards started with one (--auth_token_file).
   // Empty: $HETPS_AUTH_TOKEN if set, else none. Read once, by Client::Create.
   std::string auth_token_file;
+  // TLS, for shards started with a certificate: the CA that signed it (PEM), and this worker's
+  // own certificate and key for shards that require one. Empty: plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // "grpc", or "ucx" (shards started with --transport=ucx, the default where hetps is built
   // with UCX). Ignored when transport_instance is set (tests use the in-process transport).
   std::string transport = "grpc";

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
+#include "transport/grpc/grpc_credentials.h"
 #include "transport/internal/server_connection.h"
 
 namespace hetps::transport::grpc_internal {
@@ -264,7 +265,9 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::str
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, &port);
   builder.RegisterCallbackGenericService(listener->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));

@@ -11,6 +11,7 @@
 #include "common/timer_queue.h"
 #include "transport/grpc/frame_codec.h"
 #include "transport/grpc/grpc_connection.h"
+#include "transport/grpc/grpc_credentials.h"
 #include "transport/grpc/grpc_listener.h"
 
 namespace hetps::transport {
@@ -46,8 +47,10 @@ class GrpcTransport final : public Transport {
     for (const auto& [name, value] : grpc_internal::KeepaliveArguments(options_, false)) {
       args.SetInt(name, value);
     }
-    std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        grpc_internal::ChannelCredentials(options_);
+    if (!credentials.ok()) return credentials.status();
+    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, *credentials, args);
     if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
     }
