@@ -243,6 +243,14 @@ void ClientCore::Connected(const std::string& server_address, uint64_t id) {
 }
 
 void ClientCore::Fail(const absl::Status& status) {
+  // Receives in progress are cancelled before their endpoint goes (as Shutdown does): each
+  // then ends with `status` through FinishReceive, instead of waiting on an endpoint that
+  // will never deliver.
+  for (auto& [call, entry] : receiving) {
+    if (entry.request == nullptr || !entry.cancelled.ok()) continue;
+    entry.cancelled = status;
+    ucp_request_cancel(worker->worker(), entry.request);
+  }
   if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);
   ep = nullptr;
   sinks.clear();
@@ -251,7 +259,6 @@ void ClientCore::Fail(const absl::Status& status) {
     ready = false;
     last_error = status;
   }
-  // Receives in progress on the endpoint end with UCX's error through FinishReceive.
   tracker->FailAll(status);
 }
 
