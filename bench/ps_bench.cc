@@ -24,6 +24,7 @@
 #include "bench/json.h"
 #include "bench/report.h"
 #include "bench/runner.h"
+#include "bench/security.h"
 #include "bench/sizes.h"
 #include "common/command_line.h"
 #include "common/status_macros.h"
@@ -64,6 +65,19 @@ ABSL_FLAG(double, timeout_s, 60, "Deadline of every message");
 ABSL_FLAG(std::string, json, "", "Write every figure to this JSON file");
 ABSL_FLAG(std::string, csv, "", "Write every figure to this CSV file");
 ABSL_FLAG(std::string, plot, "", "Write an SVG plot of latency and throughput against size");
+ABSL_FLAG(std::string, security, "off",
+          "Embedded mode: off, token, tls, token+tls, or a list of them measured one after the "
+          "other on fresh shards (tls needs --tls_dir). With --servers the client presents what "
+          "--auth_token_file (or $HETPS_AUTH_TOKEN) and --tls_ca_file give");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Embedded mode: the directory deploy/tls/make_certs.sh made (the shards use "
+          "server.pem and server.key, the workers trust ca.pem)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "The job's token (embedded mode: the shards' too; a random one when not given)");
+ABSL_FLAG(std::string, tls_ca_file, "", "With --servers: speak TLS, trusting this CA (PEM)");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "With --servers and TLS: this worker's certificate, for shards that require one");
+ABSL_FLAG(std::string, tls_key_file, "", "With --tls_cert_file: its key");
 ABSL_FLAG(int, test_corrupt_replies_every, 0,
           "Test hook: damage every n-th pulled buffer before checking it (0: never)");
 
@@ -76,6 +90,7 @@ constexpr int kFailed = 2;
 
 struct Plan {
   std::vector<std::string> transports;
+  std::vector<SecuritySetting> security;  // measured one after the other per transport
   std::vector<std::string> ops;
   std::vector<uint64_t> sizes;
   MeasureSettings settings;  // op, bytes and transport filled in per measurement
@@ -107,7 +122,7 @@ absl::Status PinTo(const std::string& list) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Plan> MakePlan() {
+absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   Plan plan;
   std::string transport = absl::GetFlag(FLAGS_transport);
   const std::string available = transport::AvailableTransports();
@@ -191,7 +206,20 @@ absl::StatusOr<Plan> MakePlan() {
       return absl::InvalidArgumentError("--workers and --shards must be at least 1");
     }
     plan.world_size = static_cast<uint32_t>(plan.workers);
+    HETPS_ASSIGN_OR_RETURN(
+        plan.security, EmbeddedSecurity(absl::GetFlag(FLAGS_security), absl::GetFlag(FLAGS_tls_dir),
+                                        absl::GetFlag(FLAGS_auth_token_file), scratch));
   } else {
+    if (absl::GetFlag(FLAGS_security) != "off" || !absl::GetFlag(FLAGS_tls_dir).empty()) {
+      return absl::InvalidArgumentError(
+          "with --servers, the shards decide: give the job's --auth_token_file and "
+          "--tls_ca_file instead of --security and --tls_dir");
+    }
+    HETPS_ASSIGN_OR_RETURN(
+        SecuritySetting security,
+        ClusterSecurity(absl::GetFlag(FLAGS_auth_token_file), absl::GetFlag(FLAGS_tls_ca_file),
+                        absl::GetFlag(FLAGS_tls_cert_file), absl::GetFlag(FLAGS_tls_key_file)));
+    plan.security = {security};
     plan.servers = absl::StrSplit(servers, ',', absl::SkipEmpty());
     plan.shards = static_cast<int>(plan.servers.size());
     plan.workers = 1;
@@ -207,6 +235,10 @@ JsonValue ConfigJson(const Plan& plan) {
   for (uint64_t size : plan.sizes) sizes.Append(size);
   config.Set("mode", plan.embedded ? "embedded" : "cluster")
       .Set("transports", absl::StrJoin(plan.transports, ","))
+      .Set("security", absl::StrJoin(plan.security, ",",
+                                     [](std::string* out, const SecuritySetting& setting) {
+                                       out->append(setting.name);
+                                     }))
       .Set("ops", absl::StrJoin(plan.ops, ","))
       .Set("sizes", std::move(sizes))
       .Set("workers", static_cast<int>(plan.world_size))
@@ -288,11 +320,15 @@ absl::Status WriteFile(const std::string& path, const std::string& contents) {
 
 absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
                                                       const std::string& transport_name,
+                                                      const SecuritySetting& security,
                                                       const std::vector<std::string>& servers,
                                                       size_t* done, size_t total) {
   transport::TransportOptions transport_options;
   transport_options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
   transport_options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  transport_options.tls_ca_file = security.tls_ca_file;
+  transport_options.tls_cert_file = security.tls_cert_file;
+  transport_options.tls_key_file = security.tls_key_file;
   HETPS_ASSIGN_OR_RETURN(std::shared_ptr<transport::Transport> transport,
                          transport::CreateTransport(transport_name, transport_options));
   std::vector<LocalWorker> workers(plan.workers);
@@ -305,6 +341,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
     options.call_timeout = plan.timeout;
     options.connect_timeout = plan.timeout;
     options.partition_bytes = plan.settings.chunk_bytes;
+    options.auth_token_file = security.auth_token_file;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
     if (!client.ok()) {
       return absl::Status(client.status().code(),
@@ -324,8 +361,9 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
       settings.transport = transport_name;
       settings.op = op;
       settings.bytes = bytes;
-      std::fprintf(stderr, "\r[%zu/%zu] %s %s %s ...          ", ++*done, total,
-                   transport_name.c_str(), op.c_str(), FormatSize(bytes).c_str());
+      std::fprintf(stderr, "\r[%zu/%zu] %s (security %s) %s %s ...          ", ++*done, total,
+                   transport_name.c_str(), security.name.c_str(), op.c_str(),
+                   FormatSize(bytes).c_str());
       std::fflush(stderr);
       HETPS_ASSIGN_OR_RETURN(std::vector<WorkerMeasurement> hetps,
                              OnEveryWorker(workers, [&](LocalWorker& worker) {
@@ -339,6 +377,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
       Merged raw = Merge(floor);
       BenchResult r;
       r.transport = transport_name;
+      r.security = security.name;
       r.op = op;
       r.bytes = bytes;
       r.workers = static_cast<int>(plan.world_size);
@@ -363,6 +402,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
 }
 
 absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
+                                 const SecuritySetting& security,
                                  std::vector<std::unique_ptr<server::ShardServer>>* shards,
                                  std::vector<std::string>* servers) {
   const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -376,18 +416,23 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
     options.transport = transport;
     options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
     options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+    options.auth_token = security.shard_auth_token;
+    options.tls_cert_file = security.shard_tls_cert_file;
+    options.tls_key_file = security.shard_tls_key_file;
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> shard,
                            server::ShardServer::Start(options));
     servers->push_back(shard->address());
     shards->push_back(std::move(shard));
   }
-  std::fprintf(stderr, "ps-bench: embedded %s cluster of %d shards (%s), %d workers\n",
-               transport.c_str(), plan.shards, absl::StrJoin(*servers, ",").c_str(), plan.workers);
+  std::fprintf(stderr, "ps-bench: embedded %s cluster of %d shards (%s), %d workers, security %s\n",
+               transport.c_str(), plan.shards, absl::StrJoin(*servers, ",").c_str(), plan.workers,
+               security.name.c_str());
   return absl::OkStatus();
 }
 
 int Run() {
-  absl::StatusOr<Plan> plan = MakePlan();
+  ScratchFiles scratch;
+  absl::StatusOr<Plan> plan = MakePlan(scratch);
   if (!plan.ok()) {
     std::fprintf(stderr, "ps-bench: %s\n", std::string(plan.status().message()).c_str());
     return kFailed;
@@ -400,27 +445,30 @@ int Run() {
   }
   std::vector<BenchResult> results;
   size_t done = 0;
-  const size_t total = plan->transports.size() * plan->ops.size() * plan->sizes.size();
+  const size_t total =
+      plan->transports.size() * plan->security.size() * plan->ops.size() * plan->sizes.size();
   for (const std::string& transport : plan->transports) {
-    // Embedded mode: fresh shards in this process for every transport (barrier generations and
-    // BSP steps start over with the new clients).
-    std::vector<std::unique_ptr<server::ShardServer>> shards;
-    std::vector<std::string> servers = plan->servers;
-    if (plan->embedded) {
-      absl::Status started = StartEmbeddedShards(*plan, transport, &shards, &servers);
-      if (!started.ok()) {
-        std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
-                     started.ToString().c_str());
+    for (const SecuritySetting& security : plan->security) {
+      // Embedded mode: fresh shards in this process for every transport and setting (barrier
+      // generations and BSP steps start over with the new clients).
+      std::vector<std::unique_ptr<server::ShardServer>> shards;
+      std::vector<std::string> servers = plan->servers;
+      if (plan->embedded) {
+        absl::Status started = StartEmbeddedShards(*plan, transport, security, &shards, &servers);
+        if (!started.ok()) {
+          std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
+                       started.ToString().c_str());
+          return kFailed;
+        }
+      }
+      absl::StatusOr<std::vector<BenchResult>> measured =
+          RunTransport(*plan, transport, security, servers, &done, total);
+      if (!measured.ok()) {
+        std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
         return kFailed;
       }
+      results.insert(results.end(), measured->begin(), measured->end());
     }
-    absl::StatusOr<std::vector<BenchResult>> measured =
-        RunTransport(*plan, transport, servers, &done, total);
-    if (!measured.ok()) {
-      std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
-      return kFailed;
-    }
-    results.insert(results.end(), measured->begin(), measured->end());
   }
   std::fprintf(stderr, "\r%60s\r", "");
   std::printf("%s", ResultsTable(results).c_str());

@@ -15,6 +15,7 @@ namespace hetps::bench {
 // bench/PERFORMANCE.md.
 struct BenchResult {
   std::string transport;
+  std::string security = "off";  // off | token | tls | token+tls
   std::string op;
   uint64_t bytes = 0;  // payload bytes of one operation (one direction)
   int workers = 0;

@@ -1,6 +1,9 @@
 // ps-bench as a user runs it: embedded mode with a tiny sweep and --check, its JSON read back;
 // a damaged reply counted in #wrong (through the test hook); two benchmark processes measuring
-// one real cluster together; and an unreachable cluster.
+// one real cluster together; token and TLS measured beside plaintext; and an unreachable
+// cluster.
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -132,6 +135,80 @@ TEST_P(PsBenchClusterTest, TwoBenchmarkProcessesMeasureOneCluster) {
 INSTANTIATE_TEST_SUITE_P(Transports, PsBenchClusterTest, ::testing::ValuesIn(kTransports),
                          [](const auto& info) { return info.param; });
 
+// Certificates for 127.0.0.1 by deploy/tls/make_certs.sh in `dir`; false if openssl failed.
+bool MakeCertificates(const std::string& dir) {
+  return std::system(absl::StrCat(testing::SourcePath("deploy/tls/make_certs.sh"), " --days 2 ",
+                                  dir, " 127.0.0.1 >", dir, ".log 2>&1")
+                         .c_str()) == 0;
+}
+
+TEST(PsBenchTest, MeasuresTokenAndTlsBesideSecurityOff) {
+  testing::ScopedTempDir dir;
+  ASSERT_TRUE(MakeCertificates(dir.path() + "/tls")) << ReadFile(dir.path() + "/tls.log");
+  const std::string json = dir.path() + "/out.json";
+  std::vector<std::string> args = TinySweep(json);
+  args.push_back("--op=pushpull");
+  args.push_back("--security=off,token,tls,token+tls");
+  args.push_back("--tls_dir=" + dir.path() + "/tls");
+  Subprocess bench(args, dir.path() + "/log");
+  ASSERT_EQ(bench.Wait(absl::Seconds(180)), 0) << ReadFile(dir.path() + "/log");
+  EXPECT_EQ(ValidateJson(ReadFile(json), 4 * 2 * kTransports.size()), 0);
+  absl::StatusOr<JsonValue> parsed = ParseJson(ReadFile(json));
+  ASSERT_TRUE(parsed.ok());
+  std::map<std::string, int> rows;  // per "transport/security"
+  for (const JsonValue& r : parsed->Find("results")->items()) {
+    ++rows[r.Find("transport")->as_string() + "/" + r.Find("security")->as_string()];
+  }
+  for (const std::string& transport : kTransports) {
+    for (const char* security : {"off", "token", "tls", "token+tls"}) {
+      EXPECT_EQ(rows[transport + "/" + security], 2) << transport << " " << security;
+    }
+  }
+  EXPECT_EQ(parsed->Find("config")->Find("security")->as_string(), "off,token,tls,token+tls");
+}
+
+TEST(PsBenchTest, PresentsTheJobsTokenAndTrustsItsCaAgainstACluster) {
+  testing::ScopedTempDir dir;
+  ASSERT_TRUE(MakeCertificates(dir.path() + "/tls")) << ReadFile(dir.path() + "/tls.log");
+  const std::string token = dir.path() + "/job.token";
+  ASSERT_EQ(std::system(absl::StrCat("echo secret-of-the-job >", token).c_str()), 0);
+  testing::LocalCluster cluster;
+  ASSERT_TRUE(cluster
+                  .Start(1, 1,
+                         {"--transport=grpc", "--auth_token_file=" + token,
+                          "--tls_cert_file=" + dir.path() + "/tls/server.pem",
+                          "--tls_key_file=" + dir.path() + "/tls/server.key"})
+                  .ok());
+  auto run = [&](const std::vector<std::string>& flags, const std::string& name) {
+    std::vector<std::string> args = {BinaryPath("bench/ps-bench"),
+                                     "--servers=" + cluster.servers_flag(),
+                                     "--transport=grpc",
+                                     "--op=pushpull",
+                                     "-b",
+                                     "4K",
+                                     "-e",
+                                     "4K",
+                                     "--iterations=5",
+                                     "--timeout_s=5",
+                                     "--json=" + dir.path() + "/" + name + ".json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Subprocess bench(args, dir.path() + "/" + name + ".log");
+    return bench.Wait(absl::Seconds(60));
+  };
+  const std::string ca = "--tls_ca_file=" + dir.path() + "/tls/ca.pem";
+  EXPECT_EQ(run({"--auth_token_file=" + token, ca}, "both"), 0)
+      << ReadFile(dir.path() + "/both.log");
+  EXPECT_NE(ReadFile(dir.path() + "/both.json").find("\"security\": \"token+tls\""),
+            std::string::npos);
+  EXPECT_EQ(run({ca}, "no_token"), 2);
+  EXPECT_NE(ReadFile(dir.path() + "/no_token.log").find("UNAUTHENTICATED"), std::string::npos)
+      << ReadFile(dir.path() + "/no_token.log");
+  EXPECT_EQ(run({"--auth_token_file=" + token}, "plaintext"), 2);
+  EXPECT_NE(ReadFile(dir.path() + "/plaintext.log").find("cannot reach the cluster"),
+            std::string::npos)
+      << ReadFile(dir.path() + "/plaintext.log");
+}
+
 TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
   testing::ScopedTempDir dir;
   Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=127.0.0.1:1", "--timeout_s=2"},
@@ -148,7 +225,9 @@ TEST(PsBenchTest, RefusesWhatItCannotDo) {
            {"--transport=rdma", "--transport is all or one of"},
            {"-b=3", "whole number"},  // fp32 elements are 4 bytes
            {"--inflight=9", "--inflight"},
-           {"--servers=127.0.0.1:1", "one transport per run"}}) {
+           {"--servers=127.0.0.1:1", "one transport per run"},
+           {"--security=tls", "needs --tls_dir"},
+           {"--security=off,secret", "off, token, tls or token+tls"}}) {
     testing::ScopedTempDir dir;
     // --transport=all is refused only with --servers; elsewhere it is the embedded default.
     Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--transport=all", flag},
@@ -157,6 +236,16 @@ TEST(PsBenchTest, RefusesWhatItCannotDo) {
     EXPECT_NE(ReadFile(dir.path() + "/log").find(words), std::string::npos)
         << flag << ": " << ReadFile(dir.path() + "/log");
   }
+}
+
+TEST(PsBenchTest, WithAClusterTheShardsDecideSecurity) {
+  testing::ScopedTempDir dir;
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=127.0.0.1:1", "--transport=grpc",
+                    "--security=token"},
+                   dir.path() + "/log");
+  EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2);
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("the shards decide"), std::string::npos)
+      << ReadFile(dir.path() + "/log");
 }
 
 TEST(PsBenchTest, RunsPinnedToOneCpu) {

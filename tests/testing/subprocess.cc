@@ -28,6 +28,10 @@ std::string BinaryPath(const std::string& relative) {
   return std::string(dir != nullptr ? dir : ".") + "/" + relative;
 }
 
+std::string SourcePath(const std::string& relative) {
+  return std::string(HETPS_SOURCE_DIR) + "/" + relative;
+}
+
 ScopedTempDir::ScopedTempDir() {
   const char* base = std::getenv("TMPDIR");
   path_ = std::string(base != nullptr ? base : "/tmp") + "/hetps-test-XXXXXX";

@@ -23,6 +23,9 @@ namespace hetps::testing {
 // $HETPS_BINARY_DIR, which ctest sets to the build directory).
 std::string BinaryPath(const std::string& relative);
 
+// The path of a file of the source tree, e.g. "deploy/tls/make_certs.sh".
+std::string SourcePath(const std::string& relative);
+
 // A fresh, empty directory for one test's files, removed with everything in it when this goes
 // out of scope (kept if HETPS_KEEP_TEST_FILES is set, for debugging).
 class ScopedTempDir {

@@ -1,6 +1,6 @@
 // TLS for gRPC and for UCX's bootstrap (which runs over gRPC): certificates made for the test
-// by the openssl command (a CA, the server's certificate for 127.0.0.1, a client's, and another
-// CA that signed none of them).
+// by deploy/tls/make_certs.sh (a CA, the server's certificate for 127.0.0.1, a client's), and
+// another CA that signed none of them.
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -29,20 +29,13 @@ class TlsTest : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::ScopedTempDir();
+    // Two private CAs: the cluster's (in the directory itself), and another that signed none
+    // of its certificates (in other/).
+    const std::string script = testing::SourcePath("deploy/tls/make_certs.sh");
     const std::string d = dir_->path();
-    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    const std::string script = absl::StrCat(
-        "set -e; cd ", d, "; printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext; ",
-        "openssl req -x509 ", key, " -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca; ",
-        "openssl req -x509 ", key, " -keyout other.key -out other.pem -days 2 -subj /CN=other; ",
-        "openssl req ", key, " -keyout server.key -out server.csr -subj /CN=127.0.0.1; ",
-        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial ",
-        "-extfile san.ext -out server.pem -days 2; ", "openssl req ", key,
-        " -keyout client.key -out client.csr -subj /CN=worker; ",
-        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial ",
-        "-out client.pem -days 2");
-    made_ =
-        std::system(absl::StrCat("sh -c \"", script, "\" >", d, "/openssl.log 2>&1").c_str()) == 0;
+    made_ = std::system(absl::StrCat("(", script, " --days 2 ", d, " 127.0.0.1 && ", script,
+                                     " --days 2 ", d, "/other) >", d, "/openssl.log 2>&1")
+                            .c_str()) == 0;
   }
   static void TearDownTestSuite() { delete dir_; }
 
@@ -105,7 +98,7 @@ bool TlsTest::made_ = false;
 TEST_P(TlsTest, OnlyAClientThatTrustsTheServersCaConnects) {
   Listen(/*require_client_certificates=*/false);
   EXPECT_TRUE(EchoAs(Client("ca.pem", false)).ok());
-  EXPECT_FALSE(EchoAs(Client("other.pem", false)).ok()) << "a CA that signed nothing here";
+  EXPECT_FALSE(EchoAs(Client("other/ca.pem", false)).ok()) << "a CA that signed nothing here";
   EXPECT_FALSE(EchoAs(Client("", false)).ok()) << "a plaintext client";
   EXPECT_TRUE(EchoAs(Client("ca.pem", false)).ok()) << "the server still serves";
 }
