@@ -53,5 +53,21 @@ else()
   set(HETPS_HAVE_JEMALLOC OFF)
 endif()
 
+# The Python module (python/): pybind11 and the interpreter that has Debian's python3-torch
+# (/usr/bin/python3; the image's default python3 may be another one). -DPython_EXECUTABLE=...
+# picks another.
+if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python_EXECUTABLE /usr/bin/python3)
+endif()
+find_package(Python COMPONENTS Interpreter Development.Module QUIET)
+set(PYBIND11_FINDPYTHON ON)
+find_package(pybind11 CONFIG QUIET)
+set(python_found OFF)
+# Not under the sanitizers: the interpreter would need their runtime preloaded.
+if(Python_FOUND AND pybind11_FOUND AND NOT HETPS_SANITIZE)
+  set(python_found ON)
+endif()
+hetps_feature_option(HETPS_WITH_PYTHON "${python_found}" "the Python module (pybind11)")
+
 find_package(GTest CONFIG)
 find_package(benchmark CONFIG QUIET)

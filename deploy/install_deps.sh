@@ -8,6 +8,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libjemalloc-dev libucx-dev ucx-utils libgtest-dev libgmock-dev libbenchmark-dev
   openssl
+  # The Python module and its tests (python/): the interpreter with Debian's PyTorch.
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest python3-sklearn
   "$@"
 )
 

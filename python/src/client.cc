@@ -1,0 +1,317 @@
+#include "python/src/client.h"
+
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "python/src/arrays.h"
+#include "python/src/errors.h"
+#include "python/src/operation.h"
+#include "worker/client.h"
+
+namespace hetps::python {
+namespace py = pybind11;
+namespace {
+
+// Owns the C++ client; every call checks that it is still open.
+class PyClient {
+ public:
+  explicit PyClient(const ClientOptions& options) {
+    absl::StatusOr<std::unique_ptr<Client>> client;
+    {
+      py::gil_scoped_release release;
+      client = Client::Create(options);
+    }
+    client_ = ValueOrRaise(std::move(client));
+  }
+  ~PyClient() { Close(); }
+
+  Client& client() {
+    if (client_ == nullptr) {
+      RaiseIfError(absl::FailedPreconditionError("the client was shut down"));
+    }
+    return *client_;
+  }
+
+  void Declared(TensorId id, uint64_t num_elements) {
+    absl::MutexLock lock(&mu_);
+    num_elements_[id] = num_elements;
+  }
+  // Raises what the client would report through the operation, at the call: NOT_FOUND for a
+  // tensor this client did not declare, INVALID_ARGUMENT for an array of another size.
+  void CheckSize(TensorId id, size_t elements) {
+    uint64_t expected = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = num_elements_.find(id);
+      if (it == num_elements_.end()) {
+        RaiseIfError(
+            absl::NotFoundError(absl::StrCat("tensor ", id, " was not declared by this client")));
+      }
+      expected = it->second;
+    }
+    if (elements != expected) {
+      RaiseIfError(absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", id, ": ", expected, " elements expected, ", elements, " were given")));
+    }
+  }
+
+  // Ends outstanding operations with CANCELLED and closes the connections. Idempotent.
+  void Close() {
+    if (client_ == nullptr) return;
+    std::unique_ptr<Client> client = std::move(client_);
+    py::gil_scoped_release release;
+    client->Shutdown();
+    client.reset();
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<TensorId, uint64_t> num_elements_ ABSL_GUARDED_BY(mu_);
+};
+
+// The items of a call: `tensors` is one id (and `arrays` one array) or a sequence of ids (and
+// as many arrays).
+std::vector<std::pair<TensorId, py::handle>> Items(py::handle tensors, py::handle arrays,
+                                                   const char* what) {
+  std::vector<std::pair<TensorId, py::handle>> items;
+  if (py::isinstance<py::int_>(tensors)) {
+    items.emplace_back(tensors.cast<TensorId>(), arrays);
+    return items;
+  }
+  const py::sequence ids = py::reinterpret_borrow<py::sequence>(tensors);
+  if (!py::isinstance<py::sequence>(arrays) || py::len(arrays) != py::len(ids)) {
+    RaiseIfError(absl::InvalidArgumentError(
+        absl::StrCat("with a list of tensors, ", what, " must be a list of as many arrays")));
+  }
+  const py::sequence values = py::reinterpret_borrow<py::sequence>(arrays);
+  for (size_t i = 0; i < py::len(ids); ++i) {
+    items.emplace_back(ids[i].cast<TensorId>(), values[i]);
+  }
+  return items;
+}
+
+std::vector<PushItem> PushItems(PyClient& client, py::handle tensors, py::handle gradients,
+                                OperationState& state) {
+  std::vector<PushItem> items;
+  for (const auto& [id, array] : Items(tensors, gradients, "gradients")) {
+    HostArray host = ValueOrRaise(HostArrayOf(array, /*writable=*/false));
+    client.CheckSize(id, host.elements);
+    items.push_back(PushItem{id, host.AsConst(), {}});
+    state.keep_alive.push_back(std::move(host.owner));
+  }
+  return items;
+}
+
+std::vector<PullItem> PullItems(PyClient& client, py::handle tensors, py::handle outs,
+                                OperationState& state) {
+  std::vector<PullItem> items;
+  for (const auto& [id, array] : Items(tensors, outs, "out")) {
+    HostArray host = ValueOrRaise(HostArrayOf(array, /*writable=*/true));
+    client.CheckSize(id, host.elements);
+    items.push_back(PullItem{id, host.AsWritable(), {}});
+    state.keep_alive.push_back(std::move(host.owner));
+  }
+  return items;
+}
+
+// Starts an operation with `start(done)` (GIL released) and returns its handle.
+template <typename Start>
+py::object StartOperation(std::shared_ptr<OperationState> state, py::object callback, Start start) {
+  Operation operation(nullptr);
+  {
+    py::gil_scoped_release release;
+    operation = start(PostTo(state));
+  }
+  py::object handle = py::cast(OperationHandle(operation, state));
+  // It may have ended already: AddDoneCallback then calls it at once.
+  if (!callback.is_none()) handle.cast<OperationHandle&>().AddDoneCallback(handle, callback);
+  return handle;
+}
+
+SyncMode ParseSync(const std::string& sync) {
+  if (sync == "bsp") return SyncMode::kBsp;
+  if (sync == "asp") return SyncMode::kAsp;
+  RaiseIfError(
+      absl::InvalidArgumentError(absl::StrCat("sync is 'bsp' or 'asp', not '", sync, "'")));
+  return SyncMode::kBsp;
+}
+
+TensorId Declare(PyClient& self, const std::string& name, py::object num_elements,
+                 py::object initial_values, const std::string& optimizer,
+                 const std::map<std::string, double>& params, const std::string& sync,
+                 std::optional<Initializer> init, const std::string& push_dtype,
+                 const std::string& pull_dtype) {
+  TensorSpec spec;
+  spec.name = name;
+  spec.sync = ParseSync(sync);
+  spec.optimizer = {optimizer, params};
+  if (init.has_value()) spec.init = *init;
+  spec.push_dtype = ValueOrRaise(ParseDType(push_dtype));
+  spec.pull_dtype = ValueOrRaise(ParseDType(pull_dtype));
+  HostArray values;
+  if (!initial_values.is_none()) {
+    values = ValueOrRaise(HostArrayOf(initial_values, /*writable=*/false));
+    if (values.dtype != DType::kFp32) {
+      RaiseIfError(absl::InvalidArgumentError(absl::StrCat(
+          "initial_values of tensor '", name, "' must be float32, not ", DTypeName(values.dtype))));
+    }
+  }
+  if (num_elements.is_none()) {
+    if (initial_values.is_none()) {
+      RaiseIfError(absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': give num_elements, initial_values, or both")));
+    }
+    spec.num_elements = values.elements;
+  } else {
+    spec.num_elements = num_elements.cast<uint64_t>();
+  }
+  Client& client = self.client();
+  absl::StatusOr<TensorId> id;
+  {
+    py::gil_scoped_release release;
+    id = client.Declare(
+        spec, absl::Span<const float>(static_cast<const float*>(values.data), values.elements));
+  }
+  const TensorId declared = ValueOrRaise(std::move(id));
+  self.Declared(declared, spec.num_elements);
+  return declared;
+}
+
+}  // namespace
+
+void BindClient(py::module_& m) {
+  py::class_<PyClient>(m, "Client", R"doc(
+A worker's connections to the shards of a job (the C++ hetps::Client).
+
+    client = hetps.Client(hetps.ClientOptions(servers=[...], rank=0, world_size=2))
+    w = client.declare("w", initial_values=numpy.zeros(1000, numpy.float32), optimizer="adam")
+    client.push_pull(w, gradient, weights, step).wait()
+
+Arrays are torch CPU tensors or numpy arrays, contiguous, of float32, bfloat16 (torch) or
+float16; they are used in place, never copied, and kept alive until their operation ends.
+A client may be used from several threads. Use it as a context manager, or call shutdown().)doc")
+      .def(py::init<const ClientOptions&>(), py::arg("options"),
+           "Connects to every shard (waiting up to options.connect_timeout); raises hetps.Error "
+           "(UNAVAILABLE, DEADLINE_EXCEEDED, FAILED_PRECONDITION, UNAUTHENTICATED...).")
+      .def("declare", &Declare, py::arg("name"), py::arg("num_elements") = py::none(),
+           py::kw_only(), py::arg("initial_values") = py::none(), py::arg("optimizer") = "sgd",
+           py::arg("params") = std::map<std::string, double>(), py::arg("sync") = "bsp",
+           py::arg("init") = std::nullopt, py::arg("push_dtype") = "fp32",
+           py::arg("pull_dtype") = "fp32", R"doc(
+Declares a tensor on the shards and returns its id. Every worker declares the same tensors;
+the first declaration's initial_values (float32) are kept. optimizer: "sgd", "adam", "adamw",
+"adagrad", "rmsprop" or "sum", with params in torch.optim's names (lr, momentum, beta1, beta2,
+eps, weight_decay, nesterov, amsgrad... booleans as 0 or 1); sync: "bsp" or "asp";
+push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
+      .def_property_readonly(
+          "options", [](PyClient& self) { return self.client().options(); },
+          "The options the client was created with (a copy).")
+      .def(
+          "partitions",
+          [](PyClient& self, TensorId tensor) {
+            return ValueOrRaise(self.client().Partitions(tensor));
+          },
+          py::arg("tensor"), "How a declared tensor is cut into partitions.")
+      .def(
+          "push",
+          [](PyClient& self, py::object tensors, py::object gradients, uint64_t step,
+             py::object callback) {
+            Client& client = self.client();
+            auto state = std::make_shared<OperationState>();
+            std::vector<PushItem> items = PushItems(self, tensors, gradients, *state);
+            return StartOperation(state, callback, [&](DoneCallback done) {
+              return client.Push(items, step, std::move(done));
+            });
+          },
+          py::arg("tensors"), py::arg("gradients"), py::arg("step"),
+          py::arg("callback") = py::none(),
+          "Pushes the gradients of `step` (one tensor id and array, or lists of both). Returns "
+          "an Operation.")
+      .def(
+          "pull",
+          [](PyClient& self, py::object tensors, py::object out, uint64_t min_version,
+             py::object callback) {
+            Client& client = self.client();
+            auto state = std::make_shared<OperationState>();
+            std::vector<PullItem> items = PullItems(self, tensors, out, *state);
+            return StartOperation(state, callback, [&](DoneCallback done) {
+              return client.Pull(items, min_version, std::move(done));
+            });
+          },
+          py::arg("tensors"), py::arg("out"), py::arg("min_version") = 0,
+          py::arg("callback") = py::none(),
+          "Pulls weights of at least `min_version` into `out` (written in place). Returns an "
+          "Operation.")
+      .def(
+          "push_pull",
+          [](PyClient& self, py::object tensors, py::object gradients, py::object out,
+             uint64_t step, py::object callback) {
+            Client& client = self.client();
+            auto state = std::make_shared<OperationState>();
+            std::vector<PushItem> pushes = PushItems(self, tensors, gradients, *state);
+            std::vector<PullItem> pulls = PullItems(self, tensors, out, *state);
+            return StartOperation(state, callback, [&](DoneCallback done) {
+              return client.PushPull(pushes, pulls, step, std::move(done));
+            });
+          },
+          py::arg("tensors"), py::arg("gradients"), py::arg("out"), py::arg("step"),
+          py::arg("callback") = py::none(),
+          "Pushes the gradients of `step` and pulls the weights after it (BSP: version step + 1) "
+          "into `out`. Returns an Operation.")
+      .def(
+          "set_hyperparameters",
+          [](PyClient& self, TensorId tensor, uint64_t from_step,
+             const std::map<std::string, double>& changes) {
+            Client& client = self.client();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = client.SetHyperparameters(tensor, from_step, changes);
+            }
+            RaiseIfError(status);
+          },
+          py::arg("tensor"), py::arg("from_step"), py::arg("changes"),
+          "Changes optimizer hyperparameters (e.g. {'lr': 0.01}) for the updates from "
+          "`from_step` on; call it before any worker pushes that step.")
+      .def(
+          "barrier",
+          [](PyClient& self) {
+            Client& client = self.client();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = client.Barrier();
+            }
+            RaiseIfError(status);
+          },
+          "Returns when every worker of the job has called barrier() as often as this one.")
+      .def(
+          "stats",
+          [](PyClient& self) {
+            Client& client = self.client();
+            absl::StatusOr<std::vector<ShardStats>> stats;
+            {
+              py::gil_scoped_release release;
+              stats = client.Stats();
+            }
+            return ValueOrRaise(std::move(stats));
+          },
+          "Figures of every shard, in shard-index order.")
+      .def("shutdown", &PyClient::Close,
+           "Ends outstanding operations (CANCELLED) and closes the connections; later calls "
+           "raise FAILED_PRECONDITION. Idempotent.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& self, py::args) { self.Close(); });
+}
+
+}  // namespace hetps::python

@@ -1,0 +1,254 @@
+"""hetps.Client against real ps-server processes: values, dtypes, lifetimes, errors."""
+
+import gc
+import os
+import threading
+import time
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+import hetps
+from conftest import TRANSPORTS, client_for
+
+
+def eventually(predicate, timeout=10.0):
+    """Waits (bounded) until predicate() holds; the deadline is what fails a test, not a sleep."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_numpy_and_torch_round_trip_in_place(cluster_factory, transport):
+    cluster = cluster_factory(shards=2, workers=1, transport="ucx" if "ucx" in TRANSPORTS else None)
+    with client_for(cluster, transport=transport, partition_bytes=1024) as client:
+        initial = np.arange(1000, dtype=np.float32)
+        w = client.declare("w", initial_values=initial, optimizer="sum")
+        assert len(client.partitions(w)) > 1  # spread over both shards
+        out = np.zeros(1000, np.float32)
+        client.pull(w, out).wait()
+        np.testing.assert_array_equal(out, initial)
+        # Sum-only BSP, one worker: version 1 holds the step's gradient.
+        gradient = torch.linspace(-1, 1, 1000)
+        weights = torch.zeros(1000)
+        client.push_pull(w, gradient, weights, 0).wait()
+        assert torch.equal(weights, gradient)
+
+
+def test_16_bit_types_travel_and_convert(cluster_factory):
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        values = np.linspace(-2, 2, 256).astype(np.float32)
+        w = client.declare("w", initial_values=values, optimizer="sum", push_dtype="bf16",
+                           pull_dtype="fp16")
+        # Weights travel as fp16 and are converted to what the caller passed.
+        as_bf16 = torch.zeros(256, dtype=torch.bfloat16)
+        client.pull(w, as_bf16).wait()
+        assert torch.equal(as_bf16, torch.from_numpy(values).half().bfloat16())
+        as_fp16 = np.zeros(256, np.float16)
+        client.pull(w, as_fp16).wait()
+        np.testing.assert_array_equal(as_fp16, values.astype(np.float16))
+        gradient = torch.full((256,), 0.5, dtype=torch.bfloat16)
+        after = torch.zeros(256)
+        client.push_pull(w, gradient, after, 0).wait()
+        assert torch.equal(after, torch.full((256,), 0.5))
+
+
+def test_many_tensors_in_one_call(cluster_factory):
+    cluster = cluster_factory(shards=2)
+    with client_for(cluster) as client:
+        ids = [client.declare(f"t{i}", 10 + i, optimizer="sum") for i in range(5)]
+        gradients = [torch.full((10 + i,), float(i)) for i in range(5)]
+        outs = [torch.zeros(10 + i) for i in range(5)]
+        client.push_pull(ids, gradients, outs, 0).wait()
+        for i in range(5):
+            assert torch.equal(outs[i], gradients[i])
+        with pytest.raises(hetps.Error, match="as many arrays"):
+            client.push(ids, gradients[:2], 1)
+
+
+def test_server_side_optimizer_and_hyperparameters(cluster_factory):
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        w = client.declare("w", initial_values=np.ones(8, np.float32), optimizer="sgd",
+                           params={"lr": 0.5})
+        client.set_hyperparameters(w, 1, {"lr": 0.25})
+        weights = np.zeros(8, np.float32)
+        client.push_pull(w, np.ones(8, np.float32), weights, 0).wait()
+        np.testing.assert_allclose(weights, 0.5)  # 1 - 0.5 * 1
+        client.push_pull(w, np.ones(8, np.float32), weights, 1).wait()
+        np.testing.assert_allclose(weights, 0.25)  # 0.5 - 0.25 * 1, the lr from step 1
+        stats = client.stats()
+        assert [s.shard_index for s in stats] == [0]
+        assert stats[0].num_tensors == 1 and stats[0].max_version == 2
+
+
+def test_waits_release_the_gil_and_memory_outlives_the_handle(cluster_factory):
+    # Two workers in one process: worker 0's pull of version 1 waits for worker 1's push, which
+    # another Python thread makes while worker 0 is blocked in wait() (a held GIL would hang
+    # here, until the ctest timeout).
+    cluster = cluster_factory(workers=2)
+    clients = [client_for(cluster, rank=r) for r in range(2)]
+    try:
+        ids = [c.declare("w", initial_values=np.zeros(64, np.float32), optimizer="sum")
+               for c in clients]
+        out = torch.zeros(64)
+        out_ref = weakref.ref(out)
+        called = []
+        pull = clients[0].pull(
+            ids[0], out, min_version=1,
+            callback=lambda op: called.append((op.exception(), out_ref().clone())))
+        del out
+        gc.collect()
+        assert out_ref() is not None, "the pull's memory was freed while the pull waits"
+        assert not pull.done()
+
+        pushed = threading.Event()
+
+        def push_both():
+            ops = [c.push(i, np.full(64, 1.0, np.float32), 0) for c, i in zip(clients, ids)]
+            hetps.wait_all(ops)
+            pushed.set()
+
+        thread = threading.Thread(target=push_both)
+        thread.start()
+        pull.wait()
+        thread.join(30)
+        assert pushed.is_set()
+        del pull
+        assert eventually(lambda: len(called) == 1)
+        assert called[0][0] is None
+        assert torch.equal(called[0][1], torch.full((64,), 2.0))
+        gc.collect()
+        assert eventually(lambda: out_ref() is None), "the pull kept its memory after it ended"
+    finally:
+        for c in clients:
+            c.shutdown()
+
+
+def test_callbacks_run_once_even_when_added_late(cluster_factory):
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        w = client.declare("w", 4, optimizer="sum")
+        seen = []
+        op = client.pull(w, np.zeros(4, np.float32))
+        op.add_done_callback(lambda o: seen.append(("early", o is op)))
+        op.wait()
+        assert eventually(lambda: len(seen) == 1)
+        op.add_done_callback(lambda o: seen.append(("late", o is op)))
+        assert seen == [("early", True), ("late", True)]
+        assert op.done() and op.exception() is None
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: torch.zeros(8, 2).t(), "not contiguous"),
+    (lambda: torch.zeros(16, dtype=torch.float64), "float64"),
+    (lambda: np.zeros(16, np.int32), "format"),
+    (lambda: torch.zeros(16, device="meta"), "meta tensor"),
+    (lambda: torch.zeros(15), "16 elements expected, 15"),
+    (lambda: [1.0] * 16, "list"),
+])
+def test_bad_arrays_are_refused_at_the_call(cluster_factory, make, words):
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        w = client.declare("w", 16, optimizer="sum")
+        with pytest.raises(hetps.Error, match=words) as raised:
+            client.push(w, make(), 0)
+        assert raised.value.code == "INVALID_ARGUMENT"
+        # The client still works.
+        out = np.ones(16, np.float32)
+        client.pull(w, out).wait()
+        np.testing.assert_array_equal(out, 0)
+
+
+def test_pulling_into_what_cannot_be_written_is_refused(cluster_factory):
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        w = client.declare("w", 16, optimizer="sum")
+        with pytest.raises(hetps.Error, match="requires grad"):
+            client.pull(w, torch.zeros(16, requires_grad=True))
+        read_only = np.zeros(16, np.float32)
+        read_only.setflags(write=False)
+        with pytest.raises(hetps.Error, match="cannot write"):
+            client.pull(w, read_only)
+        with pytest.raises(hetps.Error, match="not declared") as raised:
+            client.pull(12345, np.zeros(16, np.float32))
+        assert raised.value.code == "NOT_FOUND"
+
+
+def test_calls_after_shutdown_fail_clearly(cluster_factory):
+    cluster = cluster_factory()
+    client = client_for(cluster)
+    w = client.declare("w", 4, optimizer="sum")
+    client.shutdown()
+    client.shutdown()  # idempotent
+    with pytest.raises(hetps.Error, match="shut down") as raised:
+        client.pull(w, np.zeros(4, np.float32))
+    assert raised.value.code == "FAILED_PRECONDITION"
+
+
+def test_unreachable_shards_fail_within_the_deadline():
+    options = hetps.ClientOptions(servers=["127.0.0.1:1"], connect_timeout=2.0)
+    start = time.monotonic()
+    with pytest.raises(hetps.Error) as raised:
+        hetps.Client(options)
+    assert raised.value.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+    assert "127.0.0.1:1" in raised.value.message
+    assert time.monotonic() - start < 10
+
+
+def test_a_shard_with_a_token_refuses_a_client_without_it(cluster_factory, tmp_path,
+                                                           monkeypatch):
+    token = tmp_path / "job.token"
+    token.write_text("the-secret\n")
+    monkeypatch.delenv("HETPS_AUTH_TOKEN", raising=False)
+    cluster = cluster_factory(extra_flags=[f"--auth_token_file={token}"])
+    with pytest.raises(hetps.Error) as raised:
+        client_for(cluster)
+    assert raised.value.code == "UNAUTHENTICATED"
+    assert "the-secret" not in str(raised.value)
+    with client_for(cluster, auth_token_file=str(token)) as client:
+        assert client.stats()[0].shard_index == 0
+
+
+def test_options_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HETPS_SERVERS", "a:1,b:2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    options = hetps.options_from_env(job_id="j")
+    assert (options.servers, options.rank, options.world_size, options.job_id) == (
+        ["a:1", "b:2"], 3, 4, "j")
+    monkeypatch.setenv("HETPS_RANK", "1")
+    assert hetps.ClientOptions.from_env().rank == 1
+    monkeypatch.delenv("HETPS_SERVERS")
+    with pytest.raises(ValueError, match="HETPS_SERVERS"):
+        hetps.options_from_env()
+    with pytest.raises(TypeError):
+        hetps.ClientOptions(no_such_field=1)
+
+
+def test_type_stubs_name_what_the_module_has():
+    import ast
+    import inspect
+    from hetps import _hetps
+    with open(os.path.join(os.path.dirname(hetps.__file__), "_hetps.pyi")) as f:
+        tree = ast.parse(f.read())
+    stubbed = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            stubbed[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} | {
+                n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
+        elif isinstance(node, ast.FunctionDef):
+            stubbed[node.name] = set()
+    public = {name for name in dir(_hetps) if not name.startswith("__")}
+    assert set(stubbed) == public
+    for name, members in stubbed.items():
+        if inspect.isclass(getattr(_hetps, name)) and name != "Error":
+            have = {m for m in dir(getattr(_hetps, name)) if not m.startswith("__")}
+            assert members - {"__init__", "__enter__", "__exit__"} == have - {"_pybind11_conduit_v1_"}, name
