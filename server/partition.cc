@@ -271,6 +271,47 @@ WeightsSnapshot Partition::Snapshot(FloatFormat format) {
           version()};
 }
 
+transport::Payload Partition::ReadState(uint64_t* version) const {
+  const size_t n = config_.range.size;
+  auto copy = std::make_shared<std::vector<float>>(n * (1 + state_slots_.size()));
+  std::copy_n(weights_->data(), n, copy->data());
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    std::copy_n(state_slots_[slot], n, copy->data() + (slot + 1) * n);
+  }
+  *version = this->version();
+  return transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy)), copy);
+}
+
+absl::Status Partition::WriteState(uint64_t version, const transport::Payload& state) {
+  const size_t n = config_.range.size;
+  const size_t expected = n * (1 + state_slots_.size()) * sizeof(float);
+  if (state.size() != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("partition %d: its weights and %d state slots take %d bytes, %d were sent",
+                        config_.index, state_slots_.size(), expected, state.size()));
+  }
+  if (!steps_.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d holds gradients of step %d, not yet applied: write state between steps",
+        config_.index, steps_.begin()->first));
+  }
+  if (weights_.use_count() > 1) {
+    // A pull is sending the current weights: the new ones go into a fresh buffer.
+    HETPS_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(n));
+    weights_ = std::make_shared<AlignedBuffer>(std::move(fresh));
+  }
+  state.CopyTo(0, transport::AsWritableBytes(weights_->span()));
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    state.CopyTo((slot + 1) * n * sizeof(float),
+                 transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
+  }
+  awaits_values_ = false;
+  bf16_ = fp16_ = WireCopy();  // conversions of the old weights
+  version_.store(version, std::memory_order_release);
+  WakeWaiters();
+  return absl::OkStatus();
+}
+
 void Partition::Pull(uint64_t min_version, FloatFormat format,
                      std::shared_ptr<PendingRequest> request, size_t slot) {
   if (version() >= min_version) {

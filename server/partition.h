@@ -111,6 +111,14 @@ class Partition {
 
   WeightsSnapshot Snapshot(FloatFormat format);
 
+  // The weights, then each optimizer state slot (num_elements() fp32 values each), at
+  // `*version`.
+  transport::Payload ReadState(uint64_t* version) const;
+  // Replaces the weights and the state (as ReadState lays them out) and sets the version;
+  // waiting pulls that the new version satisfies are answered. FailedPrecondition while a BSP
+  // step is being gathered; InvalidArgument if `state` does not have the size ReadState's has.
+  absl::Status WriteState(uint64_t version, const transport::Payload& state);
+
   // A hash of everything this partition holds: weights, optimizer state, version, the steps
   // being gathered and each worker's run (tests: a refused request changes none of it).
   uint64_t Digest() const;

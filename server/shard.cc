@@ -124,6 +124,12 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
     case hetps::v1::METHOD_ECHO:
       reply(Echo(std::move(request)));
       return;
+    case hetps::v1::METHOD_READ_STATE:
+      ReadState(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_WRITE_STATE:
+      WriteState(std::move(request), std::move(reply));
+      return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
     case hetps::v1::METHOD_PUSH_PULL:

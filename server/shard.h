@@ -105,6 +105,9 @@ class Shard final : public transport::RequestHandler {
   void SetOptimizer(transport::Request request, transport::ReplyCallback reply);
   absl::StatusOr<transport::Response> Echo(transport::Request request);
   void Data(transport::Request request, transport::ReplyCallback reply);
+  // A partition's weights and optimizer state (server/shard_state.cc).
+  void ReadState(transport::Request request, transport::ReplyCallback reply);
+  void WriteState(transport::Request request, transport::ReplyCallback reply);
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
   // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)
@@ -118,6 +121,14 @@ class Shard final : public transport::RequestHandler {
   // Decodes and checks a push, pull or push-pull request.
   absl::StatusOr<std::vector<DataItem>> ParseDataRequest(const transport::Request& request,
                                                          DataCall* call) const;
+  // The tensor and this shard's partition that a request names: NotFound, OutOfRange, or
+  // FailedPrecondition for a partition of another shard.
+  absl::StatusOr<std::pair<const Tensor*, Partition*>> LocatePartition(uint64_t tensor_key,
+                                                                       uint32_t partition) const;
+  // CheckRank(rank), then LocatePartition.
+  absl::StatusOr<std::pair<const Tensor*, Partition*>> LocateForWorker(uint32_t rank,
+                                                                       uint64_t tensor_key,
+                                                                       uint32_t partition) const;
   // Looks up and checks a request's items; with `gradients`, also cuts the payload into them.
   absl::StatusOr<std::vector<DataItem>> ResolveItems(
       const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,

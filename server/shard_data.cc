@@ -29,6 +29,26 @@ uint64_t PushPullVersion(const Tensor& tensor, uint64_t step) {
 
 }  // namespace
 
+absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint64_t tensor_key,
+                                                                            uint32_t index) const {
+  const Tensor* tensor = table_.Find(tensor_key);
+  if (tensor == nullptr) {
+    return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared", tensor_key));
+  }
+  const std::string& name = tensor->decl.name();
+  if (index >= tensor->layout.num_partitions()) {
+    return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d", name,
+                                                 tensor->layout.num_partitions(), index + 1));
+  }
+  Partition* partition = tensor->partitions[index].get();
+  if (partition == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", index, name,
+        ShardOfPartition(tensor_key, index, options_.num_shards), options_.shard_index));
+  }
+  return std::make_pair(tensor, partition);
+}
+
 absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
     const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
     const transport::Payload* gradients) const {
@@ -48,24 +68,10 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
   };
   uint64_t offset = 0;
   for (const hetps::v1::PartitionItem& item : items) {
-    const Tensor* tensor = table_.Find(item.tensor_key());
-    if (tensor == nullptr) {
-      return absl::NotFoundError(
-          absl::StrFormat("no tensor with key %016x is declared", item.tensor_key()));
-    }
+    HETPS_ASSIGN_OR_RETURN(const auto located,
+                           LocatePartition(item.tensor_key(), item.partition()));
+    const auto [tensor, partition] = located;
     const std::string& name = tensor->decl.name();
-    if (item.partition() >= tensor->layout.num_partitions()) {
-      return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d", name,
-                                                   tensor->layout.num_partitions(),
-                                                   item.partition() + 1));
-    }
-    Partition* partition = tensor->partitions[item.partition()].get();
-    if (partition == nullptr) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", item.partition(),
-          name, ShardOfPartition(item.tensor_key(), item.partition(), options_.num_shards),
-          options_.shard_index));
-    }
     absl::StatusOr<FloatFormat> format = FormatOf(item.dtype());
     absl::StatusOr<FloatFormat> pull_format =
         item.pull_dtype() == hetps::v1::DTYPE_UNSPECIFIED ? format : FormatOf(item.pull_dtype());

@@ -153,6 +153,17 @@ struct PullItem {
   PartitionSpan partitions;
 };
 
+// A declared tensor's whole state on the shards: what an optimizer's checkpoint holds.
+struct TensorState {
+  uint64_t version = 0;        // steps applied
+  std::vector<float> weights;  // num_elements values
+  // The rule's state, state-slot by state-slot, num_elements values each: sgd with momentum:
+  // the momentum buffer; adam / adamw: the first and second moments (and with amsgrad the
+  // largest second moment); adagrad: the sum of squares; rmsprop: the square average (then the
+  // gradient average when centered, and the momentum buffer with momentum). None for "sum".
+  std::vector<std::vector<float>> slots;
+};
+
 class Client {
  public:
   // Connects to every shard and checks that they agree with `options` (protocol version, job,
@@ -210,6 +221,18 @@ class Client {
   // state layout (momentum, centered or amsgrad turned on or off). Blocking.
   virtual absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
                                           const std::map<std::string, double>& changes) = 0;
+
+  // Reads a tensor's weights, optimizer state and version from every shard that holds part of
+  // it. Call it between steps (e.g. after Wait() on this worker's last push-pull):
+  // FailedPrecondition if its partitions are at different versions (a step was being applied
+  // meanwhile). Blocking.
+  virtual absl::StatusOr<TensorState> ReadState(TensorId tensor) = 0;
+  // Replaces a tensor's weights, optimizer state and version on the shards (restoring a
+  // checkpoint): the next step to push is state.version. Only while no worker has pushed a
+  // step the shards have not applied (e.g. one worker writes before training goes on, then
+  // every worker meets at a Barrier): FailedPrecondition otherwise. InvalidArgument if the
+  // sizes or the number of slots are not the tensor's. Blocking.
+  virtual absl::Status WriteState(TensorId tensor, const TensorState& state) = 0;
 
   // Returns when every worker of the job has called Barrier as many times as this one. A
   // client created after the job passed some barriers (a restarted worker) joins the next one.

@@ -128,6 +128,8 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) override;
   absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
                                   const std::map<std::string, double>& changes) override;
+  absl::StatusOr<TensorState> ReadState(TensorId tensor) override;
+  absl::Status WriteState(TensorId tensor, const TensorState& state) override;
   absl::Status Barrier() override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   void Shutdown() override;
@@ -444,6 +446,99 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
   std::vector<std::string> headers(channels.size(), request.SerializeAsString());
   return internal::CallEach(*transport_, channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
                             absl::Now() + options_.call_timeout)
+      .status();
+}
+
+absl::StatusOr<TensorState> ClientImpl::ReadState(TensorId id) {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
+  const auto num_shards = static_cast<uint32_t>(channel_list->size());
+  const uint32_t num_partitions = tensor->layout.num_partitions();
+  std::vector<std::shared_ptr<ShardChannel>> targets;
+  std::vector<std::string> headers;
+  for (uint32_t p = 0; p < num_partitions; ++p) {
+    hetps::v1::ReadStateRequest request;
+    request.set_worker_rank(options_.rank);
+    request.set_tensor_key(id);
+    request.set_partition(p);
+    targets.push_back((*channel_list)[ShardOfPartition(id, p, num_shards)]);
+    headers.push_back(request.SerializeAsString());
+  }
+  HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
+                         internal::CallEach(*transport_, targets, hetps::v1::METHOD_READ_STATE,
+                                            headers, {}, absl::Now() + options_.call_timeout));
+  TensorState state;
+  state.weights.resize(tensor->num_elements);
+  for (uint32_t p = 0; p < num_partitions; ++p) {
+    hetps::v1::ReadStateResponse header;
+    if (!header.ParseFromString(responses[p].header)) {
+      return absl::InternalError("malformed read-state response");
+    }
+    if (p == 0) {
+      state.version = header.version();
+      state.slots.assign(header.state_slots(), std::vector<float>(tensor->num_elements));
+    } else if (header.version() != state.version || header.state_slots() != state.slots.size()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "tensor '%s': partition 0 is at version %d, partition %d at %d (a step was being "
+          "applied): read between steps",
+          tensor->name, state.version, p, header.version()));
+    }
+    const PartitionRange range = tensor->layout.partition(p);
+    const size_t bytes = range.size * sizeof(float);
+    if (responses[p].payload.size() != bytes * (1 + state.slots.size())) {
+      return absl::InternalError(absl::StrFormat(
+          "read-state response of %d bytes for partition %d of %d values and %d slots",
+          responses[p].payload.size(), p, range.size, state.slots.size()));
+    }
+    responses[p].payload.CopyTo(
+        0,
+        transport::AsWritableBytes(absl::MakeSpan(state.weights).subspan(range.begin, range.size)));
+    for (size_t slot = 0; slot < state.slots.size(); ++slot) {
+      responses[p].payload.CopyTo(
+          (slot + 1) * bytes,
+          transport::AsWritableBytes(
+              absl::MakeSpan(state.slots[slot]).subspan(range.begin, range.size)));
+    }
+  }
+  return state;
+}
+
+absl::Status ClientImpl::WriteState(TensorId id, const TensorState& state) {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
+  bool sizes_match = state.weights.size() == tensor->num_elements;
+  for (const std::vector<float>& slot : state.slots) {
+    sizes_match = sizes_match && slot.size() == tensor->num_elements;
+  }
+  if (!sizes_match) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s' has %d elements: the weights and every state slot must have as many",
+        tensor->name, tensor->num_elements));
+  }
+  const auto num_shards = static_cast<uint32_t>(channel_list->size());
+  std::vector<std::shared_ptr<ShardChannel>> targets;
+  std::vector<std::string> headers;
+  std::vector<transport::Payload> payloads;
+  for (uint32_t p = 0; p < tensor->layout.num_partitions(); ++p) {
+    const PartitionRange range = tensor->layout.partition(p);
+    hetps::v1::WriteStateRequest request;
+    request.set_worker_rank(options_.rank);
+    request.set_tensor_key(id);
+    request.set_partition(p);
+    request.set_version(state.version);
+    request.set_state_slots(static_cast<uint32_t>(state.slots.size()));
+    transport::Payload payload = transport::Payload::Borrow(
+        transport::AsBytes(absl::MakeConstSpan(state.weights).subspan(range.begin, range.size)));
+    for (const std::vector<float>& slot : state.slots) {
+      payload.Append(transport::Payload::Borrow(
+          transport::AsBytes(absl::MakeConstSpan(slot).subspan(range.begin, range.size))));
+    }
+    targets.push_back((*channel_list)[ShardOfPartition(id, p, num_shards)]);
+    headers.push_back(request.SerializeAsString());
+    payloads.push_back(std::move(payload));
+  }
+  return internal::CallEach(*transport_, targets, hetps::v1::METHOD_WRITE_STATE, headers,
+                            std::move(payloads), absl::Now() + options_.call_timeout)
       .status();
 }
 

@@ -1,5 +1,6 @@
 #include "python/src/client.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <map>
@@ -136,6 +137,22 @@ py::object StartOperation(std::shared_ptr<OperationState> state, py::object call
   // It may have ended already: AddDoneCallback then calls it at once.
   if (!callback.is_none()) handle.cast<OperationHandle&>().AddDoneCallback(handle, callback);
   return handle;
+}
+
+// A vector's values as a numpy array that owns them (no copy).
+py::array_t<float> ToArray(std::vector<float> values) {
+  auto* owned = new std::vector<float>(std::move(values));
+  py::capsule free_when_done(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  return py::array_t<float>({owned->size()}, {sizeof(float)}, owned->data(), free_when_done);
+}
+
+std::vector<float> FromArray(py::handle array, const char* what) {
+  HostArray host = ValueOrRaise(HostArrayOf(array, /*writable=*/false));
+  if (host.dtype != DType::kFp32) {
+    RaiseIfError(absl::InvalidArgumentError(absl::StrCat(what, " must be float32")));
+  }
+  const float* data = static_cast<const float*>(host.data);
+  return std::vector<float>(data, data + host.elements);
 }
 
 SyncMode ParseSync(const std::string& sync) {
@@ -283,6 +300,43 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
           py::arg("tensor"), py::arg("from_step"), py::arg("changes"),
           "Changes optimizer hyperparameters (e.g. {'lr': 0.01}) for the updates from "
           "`from_step` on; call it before any worker pushes that step.")
+      .def(
+          "read_state",
+          [](PyClient& self, TensorId tensor) {
+            Client& client = self.client();
+            absl::StatusOr<TensorState> state;
+            {
+              py::gil_scoped_release release;
+              state = client.ReadState(tensor);
+            }
+            TensorState read = ValueOrRaise(std::move(state));
+            py::list slots;
+            for (std::vector<float>& slot : read.slots) slots.append(ToArray(std::move(slot)));
+            return py::make_tuple(read.version, ToArray(std::move(read.weights)), slots);
+          },
+          py::arg("tensor"), R"doc(
+Reads a tensor's state from the shards, between steps: (version, weights, slots), numpy float32
+arrays; slots are the rule's state (adam: exp_avg, exp_avg_sq[, max_exp_avg_sq]; sgd with
+momentum: momentum_buffer; adagrad: sum; rmsprop: square_avg[, grad_avg][, momentum_buffer]).)doc")
+      .def(
+          "write_state",
+          [](PyClient& self, TensorId tensor, uint64_t version, py::handle weights,
+             py::sequence slots) {
+            TensorState state;
+            state.version = version;
+            state.weights = FromArray(weights, "weights");
+            for (py::handle slot : slots) state.slots.push_back(FromArray(slot, "a state slot"));
+            Client& client = self.client();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = client.WriteState(tensor, state);
+            }
+            RaiseIfError(status);
+          },
+          py::arg("tensor"), py::arg("version"), py::arg("weights"), py::arg("slots"),
+          "Replaces a tensor's weights, optimizer state and version on the shards (restoring a "
+          "checkpoint); only while no worker has pushed a step not yet applied.")
       .def(
           "barrier",
           [](PyClient& self) {

@@ -18,14 +18,15 @@ print("transports", hetps.available_transports())
 """
 
 
-def installed_env(path):
+def installed_env(path, ps_server):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = path
+    env["HETPS_PS_SERVER"] = ps_server
     return env
 
 
-def check_installed(path):
-    result = subprocess.run([sys.executable, "-c", CHECK, path], env=installed_env(path),
+def check_installed(path, ps_server=os.path.join(BUILD, "server", "ps-server")):
+    result = subprocess.run([sys.executable, "-c", CHECK, path], env=installed_env(path, ps_server),
                             capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "grpc" in result.stdout
@@ -34,7 +35,7 @@ def check_installed(path):
         [sys.executable, "-m", "hetps.run", "--shards", "1", "--workers", "1", "--",
          sys.executable, "-c",
          "import hetps; c = hetps.Client(hetps.options_from_env()); print(c.stats()[0])"],
-        env=installed_env(path), capture_output=True, text=True, timeout=60, cwd="/")
+        env=installed_env(path, ps_server), capture_output=True, text=True, timeout=60, cwd="/")
     assert job.returncode == 0, job.stdout + job.stderr
     assert "ShardStats(shard_index=0" in job.stdout
 
@@ -58,8 +59,4 @@ def test_cmake_install_puts_the_package_under_the_prefix(tmp_path):
     found = list(prefix.glob("lib*/python3*/dist-packages/hetps/_hetps*.so"))
     assert len(found) == 1, list(prefix.rglob("*hetps*"))
     # ps-server comes from the same prefix.
-    os.environ["HETPS_PS_SERVER"] = str(prefix / "bin" / "ps-server")
-    try:
-        check_installed(str(found[0].parent.parent))
-    finally:
-        del os.environ["HETPS_PS_SERVER"]
+    check_installed(str(found[0].parent.parent), str(prefix / "bin" / "ps-server"))

@@ -1,6 +1,7 @@
 """hetps.torch and hetps.run: training runs that must equal a single process's, overlap of
 pushes with backward, schedules, bad use, and the launcher's failure handling."""
 
+import io
 import os
 import re
 import subprocess
@@ -130,12 +131,62 @@ def test_a_schedule_reaches_the_shards_at_the_right_step(cluster_factory):
             for a, b in zip(model.parameters(), mirror.parameters()):
                 assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), step
         assert optimizer.steps == 6
+        # The shards' momentum is torch's.
         state = optimizer.state_dict()
         assert state["hetps_step"] == 6 and state["param_groups"][0]["momentum"] == 0.9
-        optimizer.load_state_dict(state)
-        stale = dict(state, hetps_step=2)
-        with pytest.raises(ValueError, match="step 2"):
-            optimizer.load_state_dict(stale)
+        for i, p in enumerate(mirror.parameters()):
+            assert torch.allclose(state["state"][i]["momentum_buffer"],
+                                  local.state[p]["momentum_buffer"], rtol=1e-5, atol=1e-6)
+
+
+def test_state_dict_round_trips_through_torch_save(cluster_factory):
+    """A checkpoint of model and optimizer, restored into a fresh cluster and fresh weights,
+    goes on exactly like the run it was taken from; it also loads into torch.optim.Adam."""
+    torch.manual_seed(2)
+    data = [(torch.randn(16, 8), torch.randn(16, 4)) for _ in range(6)]
+
+    def train(model, optimizer, batches):
+        for x, y in batches:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+
+    first = cluster_factory()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    with client_for(first) as client:
+        optimizer = hetps.torch.ServerOptimizer(model.named_parameters(), "adam", lr=0.05,
+                                                amsgrad=True, client=client)
+        train(model, optimizer, data[:3])
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer)
+        train(model, optimizer, data[3:])
+        expected = [p.detach().clone() for p in model.parameters()]
+
+    buffer.seek(0)
+    checkpoint = torch.load(buffer)
+    assert checkpoint["optimizer"]["hetps_step"] == 3
+    assert set(checkpoint["optimizer"]["state"][0]) == {"step", "exp_avg", "exp_avg_sq",
+                                                        "max_exp_avg_sq"}
+    second = cluster_factory()
+    torch.manual_seed(99)  # other initial weights, which the checkpoint replaces
+    restored = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                                   torch.nn.Linear(8, 4))
+    with client_for(second) as client:
+        optimizer = hetps.torch.ServerOptimizer(restored.named_parameters(), "adam", lr=0.05,
+                                                amsgrad=True, client=client)
+        restored.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        assert optimizer.steps == 3
+        train(restored, optimizer, data[3:])
+        for got, want in zip(restored.parameters(), expected):
+            assert torch.equal(got, want)
+
+    # torch's own Adam takes the same checkpoint.
+    local = torch.optim.Adam(restored.parameters(), lr=0.05, amsgrad=True)
+    local.load_state_dict({k: v for k, v in checkpoint["optimizer"].items()
+                           if k != "hetps_step"})
+    assert torch.equal(local.state[next(restored.parameters())]["exp_avg"],
+                       checkpoint["optimizer"]["state"][0]["exp_avg"])
 
 
 def test_bad_use_gets_clear_errors(cluster_factory):

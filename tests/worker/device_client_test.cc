@@ -134,6 +134,12 @@ class RecordingClient final : public Client {
   absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) override {
     return inner_->Partitions(tensor);
   }
+  absl::StatusOr<TensorState> ReadState(TensorId tensor) override {
+    return inner_->ReadState(tensor);
+  }
+  absl::Status WriteState(TensorId tensor, const TensorState& state) override {
+    return inner_->WriteState(tensor, state);
+  }
   absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
                                    absl::Span<const float> initial_values) override {
     return inner_->Declare(spec, initial_values);

@@ -46,6 +46,18 @@ RULES = {
 DEFAULT_BUCKET_BYTES = 1 << 20
 
 
+def _slot_names(rule, group):
+    """torch.optim's names of the state the shards keep for `rule`, in the shards' order."""
+    if rule == "sgd":
+        return ["momentum_buffer"] if group["momentum"] != 0 else []
+    if rule in ("adam", "adamw"):
+        return ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if group["amsgrad"] else [])
+    if rule == "adagrad":
+        return ["sum"]
+    return (["square_avg"] + (["grad_avg"] if group["centered"] else []) +  # rmsprop
+            (["momentum_buffer"] if group["momentum"] != 0 else []))
+
+
 def _server_params(rule, group):
     """A param group's hyperparameters in the shards' names (betas -> beta1, beta2; booleans
     as 0 or 1)."""
@@ -140,17 +152,48 @@ class ServerOptimizer(torch.optim.Optimizer):
         return loss
 
     def state_dict(self):
+        """torch.optim's layout, with the shards' state: per parameter "step" and the rule's
+        slots under torch's names (adam: exp_avg, exp_avg_sq[, max_exp_avg_sq]; sgd:
+        momentum_buffer; adagrad: sum; rmsprop: square_avg[, grad_avg][, momentum_buffer]),
+        plus "hetps_step". Call it between steps (after step() returned)."""
         state = super().state_dict()
+        index = {id(p): i for i, p in enumerate(self._parameters())}
+        for p, version, slots in self._exchange.read_states():
+            if version != self._exchange.step:
+                raise hetps.Error(f"the shards are at step {version}, this worker at step "
+                                  f"{self._exchange.step}: call state_dict() after step()")
+            group = self.param_groups[self._exchange.group_of(p)]
+            entry = {"step": torch.tensor(float(version))}
+            entry.update(zip(_slot_names(self.rule, group), slots))
+            state["state"][index[id(p)]] = entry
         state["hetps_step"] = self._exchange.step
         return state
 
     def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        step = state_dict.pop("hetps_step", None)
-        super().load_state_dict(state_dict)
-        if step is not None and step != self._exchange.step:
-            raise ValueError(f"this state is of step {step}, the shards are at step "
-                             f"{self._exchange.step}")
+        """Restores the hyperparameters, and on the shards the optimizer state, the step and
+        the weights: the parameters' current values, so load the model's state first. Every
+        worker calls it (rank 0 writes, the others wait for it at a barrier), before backward."""
+        if "hetps_step" not in state_dict:
+            raise ValueError("not a ServerOptimizer state (no hetps_step)")
+        step = int(state_dict["hetps_step"])
+        saved = state_dict["state"]
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != "hetps_step"} |
+                                {"state": {}})
+        if self.client.options.rank == 0:
+            index = {id(p): i for i, p in enumerate(self._parameters())}
+
+            def slots_of(p):
+                names = _slot_names(self.rule, self.param_groups[self._exchange.group_of(p)])
+                entry = saved.get(index[id(p)], {})
+                return [entry[name] if name in entry else torch.zeros_like(p) for name in names]
+
+            with torch.no_grad():
+                self._exchange.write_states(step, slots_of)
+        self.client.barrier()
+        self._exchange.restart_at(step)
+
+    def _parameters(self):
+        return [p for group in self.param_groups for p in group["params"]]
 
     def close(self):
         if self._own_client:

@@ -124,6 +124,43 @@ class Exchange:
             elif self.mode == "sum":
                 bucket.out = torch.zeros(bucket.numel, dtype=bucket.dtype)
 
+    def group_of(self, p):
+        return self._bucket_of[id(p)].group
+
+    def read_states(self):
+        """The shards' state of every parameter: [(param, version, [slot tensors shaped like the
+        parameter])], read between steps."""
+        states = []
+        for bucket in self.buckets:
+            version, _, slots = self.client.read_state(bucket.tensor_id)
+            offset = 0
+            for p in bucket.params:
+                n = p.numel()
+                states.append((p, version, [torch.from_numpy(slot[offset:offset + n].copy())
+                                            .view_as(p) for slot in slots]))
+                offset += n
+        return states
+
+    def write_states(self, version, slots_of):
+        """Writes every bucket's weights (the parameters' current values) and optimizer state
+        (`slots_of(param)`: its slot tensors) at `version` to the shards."""
+        for bucket in self.buckets:
+            weights = torch.cat([p.detach().reshape(-1).float() for p in bucket.params])
+            per_param = [slots_of(p) for p in bucket.params]
+            slots = [torch.cat([slots[k].detach().reshape(-1).float() for slots in per_param])
+                     for k in range(len(per_param[0]))]
+            self.client.write_state(bucket.tensor_id, version, weights.numpy(),
+                                    [slot.numpy() for slot in slots])
+
+    def restart_at(self, step):
+        """Goes on from the shards' version `step`: pulls its weights into the parameters."""
+        self.step = step
+        operations = [self.client.pull(b.tensor_id, self._pull_target(b, initial=True),
+                                       min_version=step) for b in self.buckets]
+        hetps.wait_all(operations)
+        for bucket in self.buckets:
+            self._unpack_weights(bucket, initial=True)
+
     def install_hooks(self):
         for bucket in self.buckets:
             for p in bucket.params:

@@ -1,0 +1,87 @@
+// Reading and writing a partition's whole state (weights, optimizer state, version): what an
+// optimizer's state_dict() and load_state_dict() need.
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/task_thread.h"
+#include "server/request_util.h"
+#include "server/shard.h"
+
+namespace hetps::server {
+namespace {
+
+// Runs `task(reply)` on `owner` (only a partition's owner thread may touch its state); a shard
+// that is stopping answers Unavailable instead.
+template <typename Task>
+void RunOnOwner(TaskThread& owner, uint32_t shard_index, transport::ReplyCallback reply,
+                Task task) {
+  auto shared = std::make_shared<transport::ReplyCallback>(std::move(reply));
+  if (!owner.Post([shared, task = std::move(task)]() mutable { task(*shared); })) {
+    (*shared)(absl::UnavailableError(absl::StrFormat("shard %d is shutting down", shard_index)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocateForWorker(
+    uint32_t rank, uint64_t tensor_key, uint32_t partition) const {
+  HETPS_RETURN_IF_ERROR(CheckRank(rank));
+  return LocatePartition(tensor_key, partition);
+}
+
+void Shard::ReadState(transport::Request request, transport::ReplyCallback reply) {
+  const auto read = ParseHeader<hetps::v1::ReadStateRequest>(request.header);
+  const auto located =
+      read.ok() ? LocateForWorker(read->worker_rank(), read->tensor_key(), read->partition())
+                : read.status();
+  if (!located.ok()) {
+    reply(located.status());
+    return;
+  }
+  Partition* partition = located->second;
+  RunOnOwner(*owners_[partition->owner()], options_.shard_index, std::move(reply),
+             [partition](transport::ReplyCallback& reply) {
+               transport::Response response;
+               uint64_t version = 0;
+               response.payload = partition->ReadState(&version);
+               hetps::v1::ReadStateResponse header;
+               header.set_version(version);
+               header.set_state_slots(static_cast<uint32_t>(
+                   response.payload.size() / (partition->num_elements() * sizeof(float)) - 1));
+               response.header = header.SerializeAsString();
+               reply(std::move(response));
+             });
+}
+
+void Shard::WriteState(transport::Request request, transport::ReplyCallback reply) {
+  const auto write = ParseHeader<hetps::v1::WriteStateRequest>(request.header);
+  const auto located =
+      write.ok() ? LocateForWorker(write->worker_rank(), write->tensor_key(), write->partition())
+                 : write.status();
+  if (!located.ok()) {
+    reply(located.status());
+    return;
+  }
+  const auto [tensor, partition] = *located;
+  if (write->state_slots() != static_cast<uint32_t>(tensor->optimizer->state_slots())) {
+    reply(absl::InvalidArgumentError(
+        absl::StrFormat("tensor '%s' keeps %d optimizer state slots (%s), the write carries %d",
+                        tensor->decl.name(), tensor->optimizer->state_slots(),
+                        tensor->decl.optimizer().name(), write->state_slots())));
+    return;
+  }
+  RunOnOwner(*owners_[partition->owner()], options_.shard_index, std::move(reply),
+             [partition, version = write->version(),
+              state = std::move(request.payload)](transport::ReplyCallback& reply) {
+               absl::Status written = partition->WriteState(version, state);
+               if (!written.ok()) {
+                 reply(written);
+                 return;
+               }
+               reply(HeaderResponse(hetps::v1::WriteStateResponse()));
+             });
+}
+
+}  // namespace hetps::server
