@@ -4,6 +4,7 @@ pushes with backward, schedules, bad use, and the launcher's failure handling.""
 import io
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -256,3 +257,34 @@ def test_the_launcher_refuses_a_missing_command():
     result = subprocess.run([sys.executable, "-m", "hetps.run", "--shards", "1"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "command" in result.stderr
+
+
+def test_the_launcher_passes_signals_on_to_the_workers(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("""
+import os, signal, sys, time
+rank = os.environ["RANK"]
+def stop(signum, frame):
+    open(f"got{rank}", "w").write(str(signum))
+    sys.exit(7)
+signal.signal(signal.SIGINT, stop)
+open(f"ready{rank}", "w").close()
+time.sleep(100)
+""")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "hetps.run", "--shards", "1", "--workers", "2", "--",
+         sys.executable, str(script)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 7, out + err
+    for rank in range(2):
+        assert (tmp_path / f"got{rank}").read_text() == str(int(signal.SIGINT))

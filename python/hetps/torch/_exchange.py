@@ -121,8 +121,6 @@ class Exchange:
             if not bucket.direct:
                 bucket.gradient = torch.zeros(bucket.numel, dtype=bucket.dtype)
                 bucket.out = torch.zeros(bucket.numel, dtype=bucket.dtype)
-            elif self.mode == "sum":
-                bucket.out = torch.zeros(bucket.numel, dtype=bucket.dtype)
 
     def group_of(self, p):
         return self._bucket_of[id(p)].group
@@ -187,43 +185,56 @@ class Exchange:
                 return
             self._launch(bucket)
 
-    def _launch(self, bucket):
-        """REQUIRES: self._lock is held."""
+    def _launch(self, *buckets):
+        """Starts one push-pull for `buckets` (several: one call, so that the client packs
+        them as it packs one tensor's partitions). REQUIRES: self._lock is held."""
         if not self._step_started:
             self._step_started = True
             self.push_log = []
             self._sync_hyperparameters()
+        gradients = [self._gradient(bucket) for bucket in buckets]
+        now = time.perf_counter()
+        self.push_log.extend((now, bucket.name) for bucket in buckets)
+        operation = self.client.push_pull([b.tensor_id for b in buckets], gradients,
+                                          [self._pull_target(b) for b in buckets], self.step)
+        for bucket in buckets:
+            bucket.operation = operation
+
+    def _gradient(self, bucket):
+        """The bucket's gradient as one contiguous tensor (packed buckets: copied together)."""
         if bucket.direct:
             p = bucket.params[0]
-            gradient = p.grad if p.grad is not None else torch.zeros_like(p)
-            if not gradient.is_contiguous():
-                gradient = gradient.contiguous()
-        else:
-            offset = 0
-            for p in bucket.params:
-                n = p.numel()
-                if p.grad is None:
-                    bucket.gradient[offset:offset + n].zero_()
-                else:
-                    bucket.gradient[offset:offset + n].copy_(p.grad.reshape(-1))
-                offset += n
-            gradient = bucket.gradient
-        self.push_log.append((time.perf_counter(), bucket.name))
-        bucket.operation = self.client.push_pull(bucket.tensor_id, gradient,
-                                                 self._pull_target(bucket), self.step)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            elif not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            return p.grad
+        offset = 0
+        for p in bucket.params:
+            n = p.numel()
+            if p.grad is None:
+                bucket.gradient[offset:offset + n].zero_()
+            else:
+                bucket.gradient[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+        return bucket.gradient
 
     def _pull_target(self, bucket, initial=False):
-        if bucket.direct and (initial or self.mode == "server"):
-            return bucket.params[0].data  # the new weights go straight into the parameter
+        if bucket.direct:
+            if initial or self.mode == "server":
+                return bucket.params[0].data  # the new weights go straight into the parameter
+            # The sum replaces the gradient it was pushed from: the shard answers only after it
+            # has received every worker's push, so the push no longer reads it by then.
+            return bucket.params[0].grad
         return bucket.out
 
     def finish(self):
         """Starts the buckets still waiting, waits for all, writes the results back."""
         with self._lock:
-            for bucket in self.buckets:
-                if bucket.operation is None:
-                    self._launch(bucket)
-            operations = [b.operation for b in self.buckets]
+            waiting = [bucket for bucket in self.buckets if bucket.operation is None]
+            if waiting:
+                self._launch(*waiting)
+            operations = list({id(b.operation): b.operation for b in self.buckets}.values())
         try:
             hetps.wait_all(operations)
         finally:
@@ -254,10 +265,11 @@ class Exchange:
         offset = 0
         for p in bucket.params:
             n = p.numel()
-            summed = bucket.out[offset:offset + n].view_as(p)
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
-            p.grad.copy_(summed)
+            if not bucket.direct:  # a direct bucket's sum is in .grad already
+                summed = bucket.out[offset:offset + n].view_as(p)
+                if p.grad is None:
+                    p.grad = torch.empty_like(p)
+                p.grad.copy_(summed)
             if scale != 1.0:
                 p.grad.mul_(scale)
             offset += n

@@ -1,0 +1,206 @@
+"""One training step's communication for a PyTorch model of M bytes, four ways, in one run:
+
+  allreduce   torch.distributed all-reduce (gloo) of every gradient, then the average: what
+              DistributedDataParallel does, the alternative users pick
+  hetps-sum   hetps.torch.DistributedOptimizer: the shards sum, the average goes into .grad
+  hetps-adam  hetps.torch.ServerOptimizer("adam"): the shards sum and run Adam, the new weights
+              come back into the parameters
+  c++-sum, c++-adam
+              ps-bench (the C++ client, no Python) pushing and pulling the same bytes with the
+              same rule against the same kind of cluster: the floor of the Python layer
+
+W worker processes on this machine and S local shards (fresh ones for every way). The model is
+layers of 4 MiB (fp32); gradients are filled in, not computed, so each figure is communication
+only (no overlap with backward). Prints the median step time over the measured steps (rank
+0's), the bytes each worker sends per step, and the Python layer's ratio to ps-bench.
+
+    /usr/bin/python3 bench/torch_step.py --build build --workers 2 --shards 2 --model_mb 100
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WAYS = ["allreduce", "hetps-sum", "hetps-adam", "c++-sum", "c++-adam"]
+LAYER_ELEMENTS = 1 << 20  # 4 MiB of fp32 per layer
+
+
+def worker(args):
+    import torch
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    layers = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS))
+    params = [torch.nn.Parameter(torch.full((LAYER_ELEMENTS,), 0.01 * (i + 1)))
+              for i in range(layers)]
+    for p in params:
+        p.grad = torch.full_like(p, 0.001 * (rank + 1))
+    if args.mode == "allreduce":
+        import torch.distributed as dist
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+        def step():
+            handles = [dist.all_reduce(p.grad, async_op=True) for p in params]
+            for handle in handles:
+                handle.wait()
+            for p in params:
+                p.grad.div_(world_size)
+    else:
+        import hetps
+        import hetps.torch
+        client = hetps.Client(hetps.options_from_env())
+        named = [(f"layer{i}", p) for i, p in enumerate(params)]
+        if args.mode == "hetps-sum":
+            # The sum, as ps-bench's: averaging is one more pass over the gradients.
+            optimizer = hetps.torch.DistributedOptimizer(
+                torch.optim.SGD([p for _, p in named], lr=0.0), named, client=client,
+                average=False)
+            exchange = optimizer._exchange
+
+            def step():
+                exchange.finish()  # the sum into .grad; the local optimizer's step is not timed
+        else:
+            optimizer = hetps.torch.ServerOptimizer(named, "adam", lr=1e-3, client=client)
+
+            def step():
+                optimizer.step()
+    times = []
+    for i in range(args.warmup + args.steps):
+        start = time.perf_counter()
+        step()
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    if args.mode != "allreduce":
+        client.barrier()
+        client.shutdown()
+    print(json.dumps({"rank": rank, "times": times, "layers": layers}), flush=True)
+
+
+def run_workers(args, mode, env_extra):
+    procs = []
+    for rank in range(args.workers):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.workers),
+                   HETPS_RANK=str(rank), HETPS_WORLD_SIZE=str(args.workers), **env_extra)
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--role", "worker", "--mode", mode,
+             "--model_mb", str(args.model_mb), "--steps", str(args.steps),
+             "--warmup", str(args.warmup)],
+            env=env, stdout=subprocess.PIPE, text=True))
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=900)
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode}: a worker exited with status {proc.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results[0]
+
+
+def with_cluster(args, body):
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    from hetps.cluster import LocalCluster
+    with LocalCluster(shards=args.shards, workers=args.workers, transport=args.shard_transport,
+                      ps_server=os.path.join(args.build, "server", "ps-server")) as cluster:
+        return body(cluster)
+
+
+def run_hetps(args, mode):
+    def body(cluster):
+        env = {"HETPS_SERVERS": ",".join(cluster.servers), "HETPS_TRANSPORT": args.transport,
+               "HETPS_CALL_TIMEOUT_S": "300",
+               "PYTHONPATH": os.path.join(args.build, "python")}
+        return run_workers(args, mode, env)["times"]
+    return with_cluster(args, body)
+
+
+def run_ps_bench(args, rule):
+    model_bytes = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS)) * 4 * LAYER_ELEMENTS
+
+    def body(cluster):
+        out_dir = tempfile.mkdtemp(prefix="torch-step-")
+        procs = []
+        for rank in range(args.workers):
+            procs.append(subprocess.Popen(
+                [os.path.join(args.build, "bench", "ps-bench"),
+                 f"--servers={','.join(cluster.servers)}", f"--rank={rank}",
+                 f"--world_size={args.workers}", f"--transport={args.transport}",
+                 "--op=pushpull", f"-b={model_bytes}", f"-e={model_bytes}",
+                 f"--optimizer={rule}", f"--iterations={args.steps}",
+                 f"--warmup={args.warmup}", "--timeout_s=300",
+                 f"--json={out_dir}/rank{rank}.json"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for proc in procs:
+            if proc.wait(timeout=900) != 0:
+                raise SystemExit(f"ps-bench ({rule}) exited with status {proc.returncode}")
+        with open(f"{out_dir}/rank0.json") as f:
+            return json.load(f)["results"][0]["p50_us"] / 1e6
+    return with_cluster(args, body)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--role", default="driver", choices=["driver", "worker"])
+    parser.add_argument("--mode", default="")
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--model_mb", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ways", default=",".join(WAYS), help="which ways to measure")
+    parser.add_argument("--transport", default="grpc", help="the workers' transport")
+    parser.add_argument("--shard_transport", default=None,
+                        help="the shards' --transport (default: theirs, UCX where built)")
+    args = parser.parse_args()
+    if args.role == "worker":
+        return worker(args)
+
+    layers = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS))
+    model = layers * 4 * LAYER_ELEMENTS
+    w = args.workers
+    print(f"model: {layers} layers of 4 MiB = {model / 2**20:.0f} MiB; {w} workers, "
+          f"{args.shards} shards, hetps over {args.transport}; {args.steps} steps after "
+          f"{args.warmup} warm-up, {args.rounds} rounds", flush=True)
+    # Rounds interleave the ways, so that a noisy moment does not fall on one of them only;
+    # each figure is the median over the rounds of rank 0's median step.
+    port = 29500 + os.getpid() % 1000
+    ways = args.ways.split(",")
+    unknown = set(ways) - set(WAYS)
+    if unknown:
+        raise SystemExit(f"--ways takes {','.join(WAYS)}, not {','.join(sorted(unknown))}")
+    figures = {name: [] for name in ways}
+    for round_index in range(args.rounds):
+        for name in ways:
+            if name == "allreduce":
+                times = run_workers(args, "allreduce",
+                                    {"MASTER_ADDR": "127.0.0.1",
+                                     "MASTER_PORT": str(port + round_index)})["times"]
+                figures[name].append(statistics.median(times))
+            elif name.startswith("hetps-"):
+                figures[name].append(statistics.median(run_hetps(args, name)))
+            else:
+                figures[name].append(run_ps_bench(args, name[len("c++-"):]))
+    moved = {"allreduce": 2 * (w - 1) / w * model}
+    rows = [(name, statistics.median(figures[name]), moved.get(name, 2 * model))
+            for name in ways]
+    found = dict((name, seconds) for name, seconds, _ in rows)
+    print(f"{'way':<11} {'step (ms)':>10} {'sent+received/worker (MiB)':>28} "
+          f"{'x ' + ways[0]:>14}")
+    base = rows[0][1]
+    for name, seconds, bytes_moved in rows:
+        print(f"{name:<11} {seconds * 1e3:>10.1f} {bytes_moved / 2**20:>28.0f} "
+              f"{seconds / base:>14.2f}")
+    for rule in ("sum", "adam"):
+        if f"hetps-{rule}" in found and f"c++-{rule}" in found:
+            print(f"python layer over ps-bench, {rule}: "
+                  f"{found[f'hetps-{rule}'] / found[f'c++-{rule}']:.2f}x")
+
+if __name__ == "__main__":
+    main()
