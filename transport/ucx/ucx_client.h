@@ -23,8 +23,11 @@ struct ClientWorker {
   static absl::StatusOr<std::unique_ptr<ClientWorker>> Create(const UcxOptions& options);
   // The worker's thread runs the response handler, which reads `connections`: it must stop
   // before `connections` goes (members are destroyed last to first, so it would go first and a
-  // late response would probe a destroyed map: seen as a process hanging at exit).
-  ~ClientWorker() { worker.reset(); }
+  // late response would probe a destroyed map: seen as a process hanging at exit). Stopped in
+  // place, not reset: tasks it runs while stopping still reach it through `worker`.
+  ~ClientWorker() {
+    if (worker != nullptr) worker->Stop();
+  }
 
   std::unique_ptr<UcxWorker> worker;
   std::atomic<uint64_t> next_connection{1};
