@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
 #include "tests/testing/test_cluster.h"
@@ -137,6 +138,12 @@ TEST_P(ClientStateTest, BadWritesAreRefusedAndChangeNothing) {
   // Worker 0 has pushed step 1, worker 1 not yet: the step is being gathered.
   std::vector<float> g = Gradient(0, 1), w(kElements);
   Operation pending = c0_->PushPull(id_, g, absl::MakeSpan(w), 1);
+  // Its pull waits on the shard once the push is there (the write goes on another connection).
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (cluster_->shard(0).Stats().requests_waiting() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_GT(cluster_->shard(0).Stats().requests_waiting(), 0u);
   absl::Status during_step = c1_->WriteState(id_, *state);
   EXPECT_EQ(during_step.code(), absl::StatusCode::kFailedPrecondition) << during_step;
   EXPECT_NE(during_step.message().find("between steps"), std::string::npos) << during_step;
