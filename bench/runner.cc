@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/auth_token.h"
 #include "common/half.h"
+#include "common/random_id.h"
 #include "common/status_macros.h"
 #include "proto/ps.pb.h"
 #include "worker/internal/wire_format.h"
@@ -400,7 +401,7 @@ absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(
   runner->transport_ = std::move(transport);
   runner->call_timeout_ = call_timeout;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  const uint64_t incarnation = internal::NewIncarnation();
+  const uint64_t incarnation = NewRandomId();
   HETPS_ASSIGN_OR_RETURN(const std::string auth_token, LoadAuthToken(options.auth_token_file));
   const auto num_shards = static_cast<uint32_t>(options.servers.size());
   for (uint32_t shard = 0; shard < num_shards; ++shard) {

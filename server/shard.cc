@@ -12,6 +12,7 @@
 #include "common/auth_token.h"
 #include "common/log.h"
 #include "common/partitioning.h"
+#include "common/random_id.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
 #include "server/initializer.h"
@@ -55,6 +56,7 @@ std::string DescribeMismatch(const hetps::v1::TensorDecl& have, const hetps::v1:
 
 Shard::Shard(const ShardOptions& options)
     : options_(options),
+      incarnation_(NewRandomId()),
       metrics_(std::make_shared<ShardMetrics>()),
       timers_(std::make_unique<TimerQueue>()),
       barrier_(options.num_workers, timers_.get()),
@@ -167,6 +169,23 @@ absl::Status Shard::CheckRun(uint32_t rank, uint64_t incarnation) const {
       rank, current, incarnation, rank));
 }
 
+absl::Status Shard::CheckStateRun(uint64_t shard_incarnation) const {
+  if (shard_incarnation == 0 || shard_incarnation == incarnation_) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat(
+      "shard %d restarted without its state: the worker knew it as run %016x, it is now run "
+      "%016x, which no replica or checkpoint restored (the weights, optimizer state and versions "
+      "the worker had there are lost)",
+      options_.shard_index, shard_incarnation, incarnation_));
+}
+
+absl::Status Shard::CheckNotLost(const Tensor& tensor) const {
+  if (!tensor.lost.load(std::memory_order_relaxed)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat(
+      "tensor '%s' lost its state on shard %d: the shard restarted without it (no replica or "
+      "checkpoint) while the other shards' partitions had steps applied",
+      tensor.decl.name(), options_.shard_index));
+}
+
 absl::Status Shard::CheckHello(const hetps::v1::HelloRequest& hello) const {
   if (hello.protocol_version() != hetps::v1::PROTOCOL_VERSION_CURRENT) {
     return absl::FailedPreconditionError(
@@ -245,6 +264,7 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   response.set_num_workers(options_.num_workers);
   response.set_max_message_bytes(options_.max_message_bytes);
   response.set_barriers_completed(barrier_.completed());
+  response.set_shard_incarnation(incarnation_);
   return HeaderResponse(response);
 }
 
@@ -285,6 +305,11 @@ void Shard::DeclareNow(transport::Request request, transport::ReplyCallback repl
       return;
     }
   }
+  if (declare->mark_lost()) tensor->lost.store(true, std::memory_order_relaxed);
+  if (absl::Status lost = CheckNotLost(*tensor); !lost.ok()) {
+    reply(lost);
+    return;
+  }
   absl::StatusOr<std::vector<DataItem>> values =
       ResolveInitialValues(*tensor, *declare, request.payload);
   if (!values.ok()) {
@@ -294,9 +319,15 @@ void Shard::DeclareNow(transport::Request request, transport::ReplyCallback repl
   hetps::v1::DeclareResponse response;
   response.set_created(created);
   response.set_num_partitions(tensor->layout.num_partitions());
-  response.set_owned_partitions(
-      static_cast<uint32_t>(std::count_if(tensor->partitions.begin(), tensor->partitions.end(),
-                                          [](const auto& p) { return p != nullptr; })));
+  uint32_t owned = 0;
+  uint64_t max_version = 0;
+  for (const auto& partition : tensor->partitions) {
+    if (partition == nullptr) continue;
+    ++owned;
+    max_version = std::max(max_version, partition->version());
+  }
+  response.set_owned_partitions(owned);
+  response.set_max_version(max_version);
   if (values->empty()) {
     reply(HeaderResponse(response));
     return;
@@ -324,6 +355,7 @@ absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
     const transport::Request& request) const {
   HETPS_ASSIGN_OR_RETURN(auto declare, ParseHeader<hetps::v1::DeclareRequest>(request.header));
   HETPS_RETURN_IF_ERROR(CheckRank(declare.worker_rank()));
+  HETPS_RETURN_IF_ERROR(CheckStateRun(declare.shard_incarnation()));
   const hetps::v1::TensorDecl& decl = declare.tensor();
   if (decl.name().empty()) return absl::InvalidArgumentError("a tensor needs a name");
   if (decl.key() != TensorKeyFromName(decl.name())) {
@@ -454,6 +486,7 @@ void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) 
       ParseHeader<hetps::v1::BarrierRequest>(request.header);
   absl::Status status = barrier.status();
   if (status.ok()) status = CheckRun(barrier->worker_rank(), barrier->incarnation());
+  if (status.ok()) status = CheckStateRun(barrier->shard_incarnation());
   if (status.ok() && barrier->generation() == 0) {
     status = absl::InvalidArgumentError("barrier generations start at 1");
   }
@@ -471,11 +504,13 @@ void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback re
       ParseHeader<hetps::v1::SetOptimizerRequest>(request.header);
   absl::Status status = change.status();
   if (status.ok()) status = CheckRank(change->worker_rank());
+  if (status.ok()) status = CheckStateRun(change->shard_incarnation());
   const Tensor* tensor = status.ok() ? table_.Find(change->tensor_key()) : nullptr;
   if (status.ok() && tensor == nullptr) {
     status = absl::NotFoundError(
         absl::StrFormat("no tensor with key %016x is declared", change->tensor_key()));
   }
+  if (status.ok()) status = CheckNotLost(*tensor);
   std::shared_ptr<const Optimizer> optimizer;
   if (status.ok()) {
     // The changes apply on top of the hyperparameters in effect at that version.

@@ -118,6 +118,11 @@ class Shard final : public transport::RequestHandler {
   // The rank's current run is `incarnation`: Hello sets it, the first request after a shard
   // restart adopts it. FailedPrecondition for a run that another process took over.
   absl::Status CheckRun(uint32_t rank, uint64_t incarnation) const;
+  // Whether a request was meant for this run of the shard's state (its shard_incarnation; 0:
+  // not checked): DataLoss for a worker that knew the shard before it restarted without it.
+  absl::Status CheckStateRun(uint64_t shard_incarnation) const;
+  // DataLoss for a tensor marked lost (DeclareRequest.mark_lost).
+  absl::Status CheckNotLost(const Tensor& tensor) const;
   // Decodes and checks a push, pull or push-pull request.
   absl::StatusOr<std::vector<DataItem>> ParseDataRequest(const transport::Request& request,
                                                          DataCall* call) const;
@@ -125,8 +130,9 @@ class Shard final : public transport::RequestHandler {
   // FailedPrecondition for a partition of another shard.
   absl::StatusOr<std::pair<const Tensor*, Partition*>> LocatePartition(uint64_t tensor_key,
                                                                        uint32_t partition) const;
-  // CheckRank(rank), then LocatePartition.
+  // CheckRank(rank) and CheckStateRun(shard_incarnation), then LocatePartition.
   absl::StatusOr<std::pair<const Tensor*, Partition*>> LocateForWorker(uint32_t rank,
+                                                                       uint64_t shard_incarnation,
                                                                        uint64_t tensor_key,
                                                                        uint32_t partition) const;
   // Looks up and checks a request's items; with `gradients`, also cuts the payload into them.
@@ -146,6 +152,8 @@ class Shard final : public transport::RequestHandler {
 
   // Constant after construction.
   const ShardOptions options_;
+  // This run of the shard's state (HelloResponse.shard_incarnation).
+  const uint64_t incarnation_;
   const std::shared_ptr<ShardMetrics> metrics_;
 
   std::unique_ptr<TimerQueue> timers_;

@@ -35,6 +35,7 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
   if (tensor == nullptr) {
     return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared", tensor_key));
   }
+  HETPS_RETURN_IF_ERROR(CheckNotLost(*tensor));
   const std::string& name = tensor->decl.name();
   if (index >= tensor->layout.num_partitions()) {
     return absl::OutOfRangeError(absl::StrFormat("tensor '%s' has %d partitions, not %d", name,
@@ -128,6 +129,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
     call->origin.rank = pull->worker_rank();
     call->min_version = pull->min_version();
     HETPS_RETURN_IF_ERROR(CheckRank(call->origin.rank));
+    HETPS_RETURN_IF_ERROR(CheckStateRun(pull->shard_incarnation()));
     if (!request.payload.empty()) return absl::InvalidArgumentError("a pull carries no payload");
     return ResolveItems(pull->items(), nullptr);
   }
@@ -140,6 +142,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
   call->origin.step = push->step();
   call->origin.sequence = push->sequence();
   HETPS_RETURN_IF_ERROR(CheckRun(call->origin.rank, call->origin.incarnation));
+  HETPS_RETURN_IF_ERROR(CheckStateRun(push->shard_incarnation()));
   HETPS_ASSIGN_OR_RETURN(std::vector<DataItem> items,
                          ResolveItems(push->items(), &request.payload));
   for (const DataItem& item : items) {

@@ -26,16 +26,17 @@ void RunOnOwner(TaskThread& owner, uint32_t shard_index, transport::ReplyCallbac
 }  // namespace
 
 absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocateForWorker(
-    uint32_t rank, uint64_t tensor_key, uint32_t partition) const {
+    uint32_t rank, uint64_t shard_incarnation, uint64_t tensor_key, uint32_t partition) const {
   HETPS_RETURN_IF_ERROR(CheckRank(rank));
+  HETPS_RETURN_IF_ERROR(CheckStateRun(shard_incarnation));
   return LocatePartition(tensor_key, partition);
 }
 
 void Shard::ReadState(transport::Request request, transport::ReplyCallback reply) {
   const auto read = ParseHeader<hetps::v1::ReadStateRequest>(request.header);
-  const auto located =
-      read.ok() ? LocateForWorker(read->worker_rank(), read->tensor_key(), read->partition())
-                : read.status();
+  const auto located = read.ok() ? LocateForWorker(read->worker_rank(), read->shard_incarnation(),
+                                                   read->tensor_key(), read->partition())
+                                 : read.status();
   if (!located.ok()) {
     reply(located.status());
     return;
@@ -57,9 +58,10 @@ void Shard::ReadState(transport::Request request, transport::ReplyCallback reply
 
 void Shard::WriteState(transport::Request request, transport::ReplyCallback reply) {
   const auto write = ParseHeader<hetps::v1::WriteStateRequest>(request.header);
-  const auto located =
-      write.ok() ? LocateForWorker(write->worker_rank(), write->tensor_key(), write->partition())
-                 : write.status();
+  const auto located = write.ok()
+                           ? LocateForWorker(write->worker_rank(), write->shard_incarnation(),
+                                             write->tensor_key(), write->partition())
+                           : write.status();
   if (!located.ok()) {
     reply(located.status());
     return;

@@ -7,6 +7,7 @@
 #ifndef HETPS_SERVER_TENSOR_TABLE_H_
 #define HETPS_SERVER_TENSOR_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,6 +40,11 @@ struct Tensor {
   // change of hyperparameters is merged into.
   mutable absl::Mutex schedule_mu;
   mutable std::map<uint64_t, OptimizerParams> schedule ABSL_GUARDED_BY(schedule_mu);
+
+  // Set when a worker found this shard's partitions new while other shards had applied steps to
+  // theirs (the shard restarted without its state): from then on every request for the tensor
+  // gets DataLoss, whoever sends it.
+  mutable std::atomic<bool> lost{false};
 };
 
 class TensorTable {

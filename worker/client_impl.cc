@@ -10,11 +10,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth_token.h"
 #include "common/clock.h"
 #include "common/partitioning.h"
+#include "common/random_id.h"
 #include "common/runtime.h"
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
@@ -102,7 +104,7 @@ class ClientImpl final : public Client {
         transport_(std::move(transport)),
         auth_token_(std::move(auth_token)),
         timers_(std::make_unique<TimerQueue>()),
-        incarnation_(internal::NewIncarnation()) {}
+        incarnation_(NewRandomId()) {}
 
   ~ClientImpl() override {
     Shutdown();
@@ -144,6 +146,12 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::vector<std::vector<Piece>>> PlanPieces(hetps::v1::Method method,
                                                              absl::Span<const PushItem> gradients,
                                                              absl::Span<const PullItem> weights);
+  // After a declaration: DataLoss when some shards created the tensor's partitions while others
+  // had applied steps to theirs (those shards restarted without their state; they are told to
+  // mark the tensor lost, for every worker).
+  absl::Status CheckNoShardForgot(const ChannelList& channels, hetps::v1::DeclareRequest request,
+                                  const std::vector<uint32_t>& message_shards,
+                                  const std::vector<transport::Response>& responses);
   Operation StartData(hetps::v1::Method method, absl::Span<const PushItem> gradients,
                       absl::Span<const PullItem> weights, uint64_t step_or_version,
                       DoneCallback done);
@@ -203,6 +211,7 @@ absl::Status ClientImpl::Connect() {
           "shard %d accepts messages of up to %d bytes, too few for partitions of %d bytes", shard,
           hello.max_message_bytes(), options_.partition_bytes));
     }
+    channels[shard]->set_shard_incarnation(hello.shard_incarnation());
     if (shard == 0) {
       // Shard 0 coordinates barriers: a restarted worker joins the job's next one.
       absl::MutexLock lock(&mu_);
@@ -278,6 +287,7 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
   std::vector<transport::Payload> payloads;
   for (const PlannedMessage& message : messages) {
     request.clear_value_partitions();
+    request.set_shard_incarnation(channels[message.shard]->shard_incarnation());
     transport::Payload payload;
     for (const Piece& piece : message.pieces) {
       request.add_value_partitions(piece.partition);
@@ -287,14 +297,66 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
     headers.push_back(request.SerializeAsString());
     payloads.push_back(std::move(payload));
   }
-  HETPS_RETURN_IF_ERROR(internal::CallEach(*transport_, targets, hetps::v1::METHOD_DECLARE, headers,
-                                           payloads, absl::Now() + options_.call_timeout)
-                            .status());
+  HETPS_ASSIGN_OR_RETURN(
+      std::vector<transport::Response> responses,
+      internal::CallEach(*transport_, targets, hetps::v1::METHOD_DECLARE, headers,
+                         std::move(payloads), absl::Now() + options_.call_timeout));
+  std::vector<uint32_t> message_shards;
+  for (const PlannedMessage& message : messages) message_shards.push_back(message.shard);
+  HETPS_RETURN_IF_ERROR(CheckNoShardForgot(channels, request, message_shards, responses));
+  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
+    if (ShareOfShard(layout, key, static_cast<uint32_t>(channels.size()), shard).partitions > 0) {
+      channels[shard]->AddTensor(spec.name);
+    }
+  }
   absl::MutexLock lock(&mu_);
   tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(DeclaredTensor{
                                 spec.name, spec.num_elements, layout, FormatOf(spec.push_dtype),
                                 FormatOf(spec.pull_dtype)}));
   return key;
+}
+
+absl::Status ClientImpl::CheckNoShardForgot(const ChannelList& channels,
+                                            hetps::v1::DeclareRequest request,
+                                            const std::vector<uint32_t>& message_shards,
+                                            const std::vector<transport::Response>& responses) {
+  std::vector<bool> created(channels.size(), false);
+  std::vector<uint64_t> versions(channels.size(), 0);
+  for (size_t i = 0; i < responses.size(); ++i) {
+    hetps::v1::DeclareResponse response;
+    if (!response.ParseFromString(responses[i].header)) {
+      return absl::InternalError("malformed declare response");
+    }
+    const uint32_t shard = message_shards[i];
+    created[shard] = created[shard] || (response.created() && response.owned_partitions() > 0);
+    versions[shard] = std::max(versions[shard], response.max_version());
+  }
+  uint32_t ahead = 0;
+  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
+    if (!created[shard] && versions[shard] > versions[ahead]) ahead = shard;
+  }
+  std::vector<std::shared_ptr<ShardChannel>> forgot;
+  for (uint32_t shard = 0; shard < channels.size(); ++shard) {
+    if (created[shard] && versions[ahead] > 0) forgot.push_back(channels[shard]);
+  }
+  if (forgot.empty()) return absl::OkStatus();
+  std::vector<std::string> headers, names;
+  request.clear_value_partitions();
+  request.set_mark_lost(true);
+  for (const auto& channel : forgot) {
+    request.set_shard_incarnation(channel->shard_incarnation());
+    headers.push_back(request.SerializeAsString());
+    names.push_back(absl::StrFormat("%d (%s)", channel->index(), channel->address()));
+  }
+  // Answered with DataLoss by design: the mark is what counts.
+  (void)internal::CallEach(*transport_, forgot, hetps::v1::METHOD_DECLARE, headers, {},
+                           absl::Now() + options_.call_timeout);
+  return absl::DataLossError(absl::StrFormat(
+      "tensor '%s': shard %s held none of its partitions while shard %d (%s) had applied %d "
+      "step(s) to its own: restarted without its state (no replica or checkpoint); the tensor "
+      "is marked lost there",
+      request.tensor().name(), absl::StrJoin(names, ", shard "), ahead, channels[ahead]->address(),
+      versions[ahead]));
 }
 
 absl::StatusOr<std::vector<std::vector<Piece>>> ClientImpl::PlanPieces(
@@ -392,12 +454,14 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       request->set_step(step_or_version);
       request->set_sequence(sequence);
       request->set_incarnation(incarnation_);
+      request->set_shard_incarnation((**channels)[message.shard]->shard_incarnation());
       request->SerializeToString(&header);
     } else {
       ReusedMessage<hetps::v1::PullRequest> request;
       add_items(*request->mutable_items());
       request->set_worker_rank(options_.rank);
       request->set_min_version(step_or_version);
+      request->set_shard_incarnation((**channels)[message.shard]->shard_incarnation());
       request->SerializeToString(&header);
     }
     const bool pull = method != hetps::v1::METHOD_PUSH;
@@ -443,7 +507,11 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
   request.set_tensor_key(tensor);
   request.set_from_version(from_step);
   for (const auto& [name, value] : changes) (*request.mutable_params())[name] = value;
-  std::vector<std::string> headers(channels.size(), request.SerializeAsString());
+  std::vector<std::string> headers;
+  for (const auto& channel : channels) {
+    request.set_shard_incarnation(channel->shard_incarnation());
+    headers.push_back(request.SerializeAsString());
+  }
   return internal::CallEach(*transport_, channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
                             absl::Now() + options_.call_timeout)
       .status();
@@ -462,6 +530,7 @@ absl::StatusOr<TensorState> ClientImpl::ReadState(TensorId id) {
     request.set_tensor_key(id);
     request.set_partition(p);
     targets.push_back((*channel_list)[ShardOfPartition(id, p, num_shards)]);
+    request.set_shard_incarnation(targets.back()->shard_incarnation());
     headers.push_back(request.SerializeAsString());
   }
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
@@ -534,6 +603,7 @@ absl::Status ClientImpl::WriteState(TensorId id, const TensorState& state) {
           transport::AsBytes(absl::MakeConstSpan(slot).subspan(range.begin, range.size))));
     }
     targets.push_back((*channel_list)[ShardOfPartition(id, p, num_shards)]);
+    request.set_shard_incarnation(targets.back()->shard_incarnation());
     headers.push_back(request.SerializeAsString());
     payloads.push_back(std::move(payload));
   }
@@ -548,6 +618,7 @@ absl::Status ClientImpl::Barrier() {
   hetps::v1::BarrierRequest request;
   request.set_worker_rank(options_.rank);
   request.set_incarnation(incarnation_);
+  request.set_shard_incarnation(channels[0]->shard_incarnation());
   {
     absl::MutexLock lock(&mu_);
     request.set_generation(barrier_generation_ + 1);

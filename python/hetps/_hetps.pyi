@@ -1,7 +1,8 @@
 # Type stubs of the extension (python/src/); docstrings are in the extension itself.
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-Array = Any  # a torch CPU tensor or a numpy array: contiguous float32, bfloat16 or float16
+Array = Any  # a torch CPU tensor or a numpy array: contiguous float32, bfloat16 or float16;
+# or GPU memory (a torch CUDA tensor, __cuda_array_interface__): contiguous float32
 TensorId = int
 
 class Error(RuntimeError):

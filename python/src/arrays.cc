@@ -52,12 +52,26 @@ const char* DTypeName(DType dtype) {
   return "fp32";
 }
 
-namespace {
-
 bool IsTorchTensor(py::handle object) {
   return py::hasattr(object, "data_ptr") && py::hasattr(object, "is_contiguous") &&
          py::hasattr(object, "numel");
 }
+
+absl::Status CheckTorchLayout(py::handle tensor, bool writable) {
+  if (!tensor.attr("is_contiguous")().cast<bool>()) {
+    return absl::InvalidArgumentError(
+        "a tensor that is not contiguous: pass tensor.contiguous() (a copy), or a contiguous "
+        "tensor to write into");
+  }
+  if (writable && tensor.attr("requires_grad").cast<bool>()) {
+    return absl::InvalidArgumentError(
+        "a tensor that requires grad cannot be written behind autograd's back: pass "
+        "tensor.data");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
 
 absl::StatusOr<HostArray> TorchArray(py::handle tensor, bool writable) {
   const std::string device = py::str(tensor.attr("device").attr("type"));
@@ -72,16 +86,7 @@ absl::StatusOr<HostArray> TorchArray(py::handle tensor, bool writable) {
     return absl::InvalidArgumentError(
         absl::StrCat("a tensor of torch.", dtype, ": hetps takes float32, bfloat16 or float16"));
   }
-  if (!tensor.attr("is_contiguous")().cast<bool>()) {
-    return absl::InvalidArgumentError(
-        "a tensor that is not contiguous: pass tensor.contiguous() (a copy), or a contiguous "
-        "tensor to write into");
-  }
-  if (writable && tensor.attr("requires_grad").cast<bool>()) {
-    return absl::InvalidArgumentError(
-        "a tensor that requires grad cannot be written behind autograd's back: pass "
-        "tensor.data");
-  }
+  if (absl::Status layout = CheckTorchLayout(tensor, writable); !layout.ok()) return layout;
   HostArray array;
   array.data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
   array.elements = tensor.attr("numel")().cast<size_t>();

@@ -29,6 +29,12 @@ struct HostArray {
 // REQUIRES: the GIL is held.
 absl::StatusOr<HostArray> HostArrayOf(pybind11::handle object, bool writable);
 
+// Whether `object` looks like a torch tensor (without importing torch). REQUIRES: the GIL.
+bool IsTorchTensor(pybind11::handle object);
+// InvalidArgument for a torch tensor that is not contiguous, or that requires grad when
+// `writable` (a pull target). REQUIRES: the GIL is held.
+absl::Status CheckTorchLayout(pybind11::handle tensor, bool writable);
+
 // "fp32", "bf16" or "fp16" (also torch's and numpy's names: float32, bfloat16, float16, half).
 absl::StatusOr<DType> ParseDType(const std::string& name);
 const char* DTypeName(DType dtype);

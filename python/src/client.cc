@@ -3,6 +3,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "python/src/arrays.h"
+#include "python/src/device_arrays.h"
 #include "python/src/errors.h"
 #include "python/src/operation.h"
 #include "worker/client.h"
+#include "worker/device_client.h"
 
 namespace hetps::python {
 namespace py = pybind11;
@@ -65,12 +69,49 @@ class PyClient {
     }
   }
 
+  // The device client for GPU arrays on `cuda_device` (-1: the current device), made on first
+  // use: FAILED_PRECONDITION in a build without CUDA or without a usable GPU.
+  DeviceClient& Device(int cuda_device) {
+    Client& shards = client();
+    absl::Status status;
+    DeviceClient* device = nullptr;
+    {
+      // Without the GIL before the lock: a thread waiting for the lock must not hold it.
+      py::gil_scoped_release release;
+      absl::MutexLock lock(&device_mu_);
+      if (device_ == nullptr) {
+        DeviceClientOptions options;
+        options.cuda_device = cuda_device;
+        absl::StatusOr<std::unique_ptr<DeviceClient>> made = DeviceClient::Create(&shards, options);
+        if (made.ok()) {
+          device_ = std::move(*made);
+          device_cuda_ = cuda_device;
+        } else {
+          status = made.status();
+        }
+      } else if (cuda_device != device_cuda_ && cuda_device != -1 && device_cuda_ != -1) {
+        status = absl::InvalidArgumentError(absl::StrCat("this client moves the memory of GPU ",
+                                                         device_cuda_, ", not of GPU ", cuda_device,
+                                                         ": use one client per GPU"));
+      }
+      device = device_.get();
+    }
+    RaiseIfError(status);
+    return *device;
+  }
+
   // Ends outstanding operations with CANCELLED and closes the connections. Idempotent.
   void Close() {
     if (client_ == nullptr) return;
+    std::unique_ptr<DeviceClient> device;
+    {
+      absl::MutexLock lock(&device_mu_);
+      device = std::move(device_);
+    }
     std::unique_ptr<Client> client = std::move(client_);
     py::gil_scoped_release release;
     client->Shutdown();
+    device.reset();  // before the client it sends through
     client.reset();
   }
 
@@ -78,6 +119,10 @@ class PyClient {
   std::unique_ptr<Client> client_;
   absl::Mutex mu_;
   absl::flat_hash_map<TensorId, uint64_t> num_elements_ ABSL_GUARDED_BY(mu_);
+  // Held (without the GIL) while the device client is made: one per client.
+  absl::Mutex device_mu_;
+  std::unique_ptr<DeviceClient> device_ ABSL_GUARDED_BY(device_mu_);
+  int device_cuda_ ABSL_GUARDED_BY(device_mu_) = -1;
 };
 
 // The items of a call: `tensors` is one id (and `arrays` one array) or a sequence of ids (and
@@ -101,37 +146,131 @@ std::vector<std::pair<TensorId, py::handle>> Items(py::handle tensors, py::handl
   return items;
 }
 
-std::vector<PushItem> PushItems(PyClient& client, py::handle tensors, py::handle gradients,
-                                OperationState& state) {
-  std::vector<PushItem> items;
-  for (const auto& [id, array] : Items(tensors, gradients, "gradients")) {
+enum class Method { kPush, kPull, kPushPull };
+
+// What one call moves: host arrays through the client, or GPU arrays through the device client
+// (all of one kind), kept alive by the operation's state.
+struct CallItems {
+  bool on_device = false;
+  std::vector<PushItem> pushes;
+  std::vector<PullItem> pulls;
+  std::vector<DeviceItem> device;  // push-pull: gradient and weights of one tensor in one item
+  bool device_seen = false;        // cuda_device and stream are those of the first GPU array
+  int cuda_device = -1;
+  std::optional<uintptr_t> stream;
+};
+
+// Host arrays or device arrays, never both in one call.
+bool OnDevice(const std::vector<std::pair<TensorId, py::handle>>& arrays, bool& first,
+              bool on_device) {
+  for (const auto& [id, array] : arrays) {
+    const bool device = IsDeviceArray(array);
+    if (first) {
+      on_device = device;
+      first = false;
+    } else if (device != on_device) {
+      RaiseIfError(absl::InvalidArgumentError(
+          "one call moves host arrays or GPU arrays, not both: split it in two"));
+    }
+  }
+  return on_device;
+}
+
+void AddDeviceArray(CallItems& call, const DeviceArray& array) {
+  if (!call.device_seen) {
+    call.device_seen = true;
+    call.cuda_device = array.device;
+    call.stream = array.stream;
+  } else if (array.device != call.cuda_device || array.stream != call.stream) {
+    RaiseIfError(absl::InvalidArgumentError(
+        "the GPU arrays of one call must be on one device and one stream"));
+  }
+}
+
+CallItems CollectItems(PyClient& client, Method method, py::handle tensors, py::handle gradients,
+                       py::handle outs, OperationState& state) {
+  std::vector<std::pair<TensorId, py::handle>> pushed, pulled;
+  if (method != Method::kPull) pushed = Items(tensors, gradients, "gradients");
+  if (method != Method::kPush) pulled = Items(tensors, outs, "out");
+  CallItems call;
+  bool first = true;
+  call.on_device = OnDevice(pushed, first, false);
+  call.on_device = OnDevice(pulled, first, call.on_device);
+  const size_t count = std::max(pushed.size(), pulled.size());
+  if (call.on_device) call.device.resize(count);
+  for (size_t i = 0; i < pushed.size(); ++i) {
+    const auto& [id, array] = pushed[i];
+    if (call.on_device) {
+      DeviceArray device = ValueOrRaise(DeviceArrayOf(array, /*writable=*/false));
+      client.CheckSize(id, device.elements);
+      AddDeviceArray(call, device);
+      call.device[i] = DeviceItem{id, device.data, nullptr, device.elements, 0};
+      state.keep_alive.push_back(std::move(device.owner));
+      continue;
+    }
     HostArray host = ValueOrRaise(HostArrayOf(array, /*writable=*/false));
     client.CheckSize(id, host.elements);
-    items.push_back(PushItem{id, host.AsConst(), {}});
+    call.pushes.push_back(PushItem{id, host.AsConst(), {}});
     state.keep_alive.push_back(std::move(host.owner));
   }
-  return items;
-}
-
-std::vector<PullItem> PullItems(PyClient& client, py::handle tensors, py::handle outs,
-                                OperationState& state) {
-  std::vector<PullItem> items;
-  for (const auto& [id, array] : Items(tensors, outs, "out")) {
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    const auto& [id, array] = pulled[i];
+    if (call.on_device) {
+      DeviceArray device = ValueOrRaise(DeviceArrayOf(array, /*writable=*/true));
+      client.CheckSize(id, device.elements);
+      AddDeviceArray(call, device);
+      call.device[i].tensor = id;
+      call.device[i].weights = device.data;
+      call.device[i].num_elements = device.elements;
+      state.keep_alive.push_back(std::move(device.owner));
+      continue;
+    }
     HostArray host = ValueOrRaise(HostArrayOf(array, /*writable=*/true));
     client.CheckSize(id, host.elements);
-    items.push_back(PullItem{id, host.AsWritable(), {}});
+    call.pulls.push_back(PullItem{id, host.AsWritable(), {}});
     state.keep_alive.push_back(std::move(host.owner));
   }
-  return items;
+  return call;
 }
 
-// Starts an operation with `start(done)` (GIL released) and returns its handle.
-template <typename Start>
-py::object StartOperation(std::shared_ptr<OperationState> state, py::object callback, Start start) {
+// Starts a push, pull or push-pull (`step`: the pull's min_version) and returns its handle.
+py::object StartCall(PyClient& self, Method method, py::handle tensors, py::handle gradients,
+                     py::handle outs, uint64_t step, py::object callback) {
+  Client& client = self.client();
+  auto state = std::make_shared<OperationState>();
+  CallItems call = CollectItems(self, method, tensors, gradients, outs, *state);
+  DeviceClient* device = call.on_device ? &self.Device(call.cuda_device) : nullptr;
+  // No stream named: CUDA's legacy default stream (0), which every other stream waits for.
+  const GpuStream stream = reinterpret_cast<GpuStream>(call.stream.value_or(0));
   Operation operation(nullptr);
   {
     py::gil_scoped_release release;
-    operation = start(PostTo(state));
+    DoneCallback done = PostTo(state);
+    if (device != nullptr) {
+      switch (method) {
+        case Method::kPush:
+          operation = device->Push(call.device, step, stream, std::move(done));
+          break;
+        case Method::kPull:
+          operation = device->Pull(call.device, step, stream, std::move(done));
+          break;
+        case Method::kPushPull:
+          operation = device->PushPull(call.device, step, stream, std::move(done));
+          break;
+      }
+    } else {
+      switch (method) {
+        case Method::kPush:
+          operation = client.Push(call.pushes, step, std::move(done));
+          break;
+        case Method::kPull:
+          operation = client.Pull(call.pulls, step, std::move(done));
+          break;
+        case Method::kPushPull:
+          operation = client.PushPull(call.pushes, call.pulls, step, std::move(done));
+          break;
+      }
+    }
   }
   py::object handle = py::cast(OperationHandle(operation, state));
   // It may have ended already: AddDoneCallback then calls it at once.
@@ -216,6 +355,10 @@ A worker's connections to the shards of a job (the C++ hetps::Client).
 
 Arrays are torch CPU tensors or numpy arrays, contiguous, of float32, bfloat16 (torch) or
 float16; they are used in place, never copied, and kept alive until their operation ends.
+GPU arrays (torch CUDA tensors, or anything with __cuda_array_interface__: contiguous float32)
+go through the device client of a build with CUDA: staged through pinned memory, ordered after
+the work queued on the array's stream (torch: the current stream), and later work on that
+stream waits, on the GPU, for the pulled weights. One call moves host or GPU arrays, not both.
 A client may be used from several threads. Use it as a context manager, or call shutdown().)doc")
       .def(py::init<const ClientOptions&>(), py::arg("options"),
            "Connects to every shard (waiting up to options.connect_timeout); raises hetps.Error "
@@ -243,12 +386,7 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
           "push",
           [](PyClient& self, py::object tensors, py::object gradients, uint64_t step,
              py::object callback) {
-            Client& client = self.client();
-            auto state = std::make_shared<OperationState>();
-            std::vector<PushItem> items = PushItems(self, tensors, gradients, *state);
-            return StartOperation(state, callback, [&](DoneCallback done) {
-              return client.Push(items, step, std::move(done));
-            });
+            return StartCall(self, Method::kPush, tensors, gradients, py::none(), step, callback);
           },
           py::arg("tensors"), py::arg("gradients"), py::arg("step"),
           py::arg("callback") = py::none(),
@@ -258,12 +396,7 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
           "pull",
           [](PyClient& self, py::object tensors, py::object out, uint64_t min_version,
              py::object callback) {
-            Client& client = self.client();
-            auto state = std::make_shared<OperationState>();
-            std::vector<PullItem> items = PullItems(self, tensors, out, *state);
-            return StartOperation(state, callback, [&](DoneCallback done) {
-              return client.Pull(items, min_version, std::move(done));
-            });
+            return StartCall(self, Method::kPull, tensors, py::none(), out, min_version, callback);
           },
           py::arg("tensors"), py::arg("out"), py::arg("min_version") = 0,
           py::arg("callback") = py::none(),
@@ -273,13 +406,7 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
           "push_pull",
           [](PyClient& self, py::object tensors, py::object gradients, py::object out,
              uint64_t step, py::object callback) {
-            Client& client = self.client();
-            auto state = std::make_shared<OperationState>();
-            std::vector<PushItem> pushes = PushItems(self, tensors, gradients, *state);
-            std::vector<PullItem> pulls = PullItems(self, tensors, out, *state);
-            return StartOperation(state, callback, [&](DoneCallback done) {
-              return client.PushPull(pushes, pulls, step, std::move(done));
-            });
+            return StartCall(self, Method::kPushPull, tensors, gradients, out, step, callback);
           },
           py::arg("tensors"), py::arg("gradients"), py::arg("out"), py::arg("step"),
           py::arg("callback") = py::none(),

@@ -61,6 +61,8 @@ elif [ "${NO_BUILD:-0}" != 1 ]; then
     { cat "$build_dir/configure.log"; exit 1; }
   cmake --build "$build_dir" -j"$jobs" --target gpu_test device_client_test mlp_training \
     ps-server ps-device-bench
+  cmake --build "$build_dir" -j"$jobs" --target _hetps >/dev/null 2>&1 ||
+    echo "no Python module in this build (HETPS_WITH_PYTHON off, or pybind11 missing)"
 fi
 build_dir=$(cd "$build_dir" && pwd)
 
@@ -98,6 +100,22 @@ for rank in 0 1; do
 done
 wait "${pids[2]}" && wait "${pids[3]}" || { cat "$work"/worker*.log; exit 1; }
 grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
+
+echo "== Python: GPU arrays through the device client"
+if compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null &&
+  /usr/bin/python3 -c "import numpy, pytest, torch" 2>/dev/null; then
+  # Debian's torch has no CUDA: its tests skip; the __cuda_array_interface__ ones must run.
+  out=$(PYTHONPATH="$build_dir/python:$PWD/tests/python" HETPS_PS_SERVER="$build_dir/server/ps-server" \
+    timeout 240 /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_device.py 2>&1) ||
+    { echo "$out"; exit 1; }
+  echo "$out" | tail -8
+  if [ "$dry_run" != 1 ] && grep -q "SKIPPED.*no CUDA device here" <<<"$out"; then
+    echo "tests/gpu/run.sh: the GPU array tests were skipped on a GPU machine" >&2
+    exit 1
+  fi
+else
+  echo "skipped: no Python module in $build_dir, or no numpy/pytest/torch for /usr/bin/python3"
+fi
 
 echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
 for transport in ucx grpc; do

@@ -4,6 +4,7 @@
 // UCX_TLS, as UCX's own tests do.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
 #include "tests/testing/local_cluster.h"
@@ -232,10 +234,20 @@ TEST_P(TrainingTest, MlpExampleTrainsThroughTheDeviceClientOnTheCpu) {
 TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
   ASSERT_TRUE(StartCluster(2, 3).ok());
   std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, 60, "asp");
+  // ASP does not say how the workers' steps interleave: on a loaded machine one worker may run
+  // all its steps before another starts, and ends with only its own 60 updates applied. The
+  // worker that ends last has seen every update: it converges; every one makes progress.
+  float best = 1e9f;
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
-    EXPECT_LT(FinalLoss(WorkerLog(cluster_, r)), 1e-3) << WorkerLog(cluster_, r);
+    const std::string log = WorkerLog(cluster_, r);
+    const std::string first = absl::StrCat("rank ", r, " step 0 loss ");
+    const size_t at = log.find(first);
+    ASSERT_NE(at, std::string::npos) << log;
+    EXPECT_LT(FinalLoss(log), 0.5f * std::stof(log.substr(at + first.size()))) << log;
+    best = std::min(best, FinalLoss(log));
   }
+  EXPECT_LT(best, 1e-3);
 }
 
 // The same training in one process, with any update rule of the optimizer library: the workers'
@@ -490,12 +502,14 @@ TEST_P(TrainingTest, WorkerKilledMidTransferLeavesTheShardServing) {
   EXPECT_TRUE(cluster_.shard(0).running()) << ReadFile(cluster_.shard_log(0));
 }
 
-// A shard killed and started again on its port while a client is connected: the client's calls
-// fail (no hang) until it has found the new process; the tensor, declared again, works again.
-TEST_P(TrainingTest, ClientCarriesOnWithARestartedShard) {
+// A shard killed and started again, empty, on its port while a client is connected: once the
+// client reaches the new process, every call that touches the lost partitions fails with
+// DATA_LOSS naming the shard and the tensors (never the declared values at version 0 again), and
+// so does declaring again, from this worker or a new run of one; the other shard still serves.
+TEST_P(TrainingTest, ShardRestartedWithoutItsStateAnswersDataLoss) {
   ASSERT_TRUE(StartCluster(2, 1).ok());
   ClientOptions options = InProcessClientOptions();
-  options.partition_bytes = 4096;  // the tensor spans both shards
+  options.partition_bytes = 4096;  // "w" spans both shards
   options.call_timeout = absl::Seconds(2);
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -505,34 +519,71 @@ TEST_P(TrainingTest, ClientCarriesOnWithARestartedShard) {
   spec.optimizer = {"sgd", {{"lr", 0.5}}};
   std::vector<float> initial(spec.num_elements), back(spec.num_elements);
   for (size_t i = 0; i < initial.size(); ++i) initial[i] = static_cast<float>(i);
+  // A tensor of one partition, on shard 0 only.
+  TensorSpec small = spec;
+  small.num_elements = 16;
+  for (int i = 0;
+       small.name == spec.name || ShardOfPartition(TensorKeyFromName(small.name), 0, 2) != 0; ++i) {
+    small.name = absl::StrCat("small", i);
+  }
+  std::vector<float> small_back(small.num_elements);
   absl::StatusOr<TensorId> id = (*client)->Declare(spec, initial);
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  absl::StatusOr<TensorId> small_id = (*client)->Declare(small, {});
+  ASSERT_TRUE(small_id.ok()) << small_id.status();
+  std::vector<float> gradient(spec.num_elements, 1.0f);
+  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  ASSERT_TRUE((*client)
+                  ->PushPull(*small_id, absl::MakeConstSpan(gradient).first(small.num_elements),
+                             absl::MakeSpan(small_back), 0)
+                  .Wait()
+                  .ok());
 
   cluster_.shard(1).Signal(SIGKILL);
   ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
   ASSERT_TRUE(cluster_.Restart(1).ok()) << ReadFile(cluster_.shard_log(1));
 
-  // The new process has no tensors: until the client reaches it, Declare fails with a
-  // connection error; then it succeeds and the tensor holds the declared values again.
+  // Until the client reaches the new process its calls fail with connection errors; then with
+  // DATA_LOSS, for good.
+  absl::Status pulled;
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   do {
     const absl::Time attempt = absl::Now();
-    id = (*client)->Declare(spec, initial);
-    ASSERT_LT(absl::Now() - attempt, absl::Seconds(10)) << "Declare hangs";
-    if (id.ok()) break;
-    EXPECT_TRUE(id.status().code() == absl::StatusCode::kUnavailable ||
-                id.status().code() == absl::StatusCode::kDeadlineExceeded)
-        << id.status();
+    pulled = (*client)->Pull(*id, absl::MakeSpan(back), 1).Wait();
+    ASSERT_LT(absl::Now() - attempt, absl::Seconds(10)) << "Pull hangs";
+    if (pulled.code() == absl::StatusCode::kDataLoss) break;
+    ASSERT_TRUE(pulled.code() == absl::StatusCode::kUnavailable ||
+                pulled.code() == absl::StatusCode::kDeadlineExceeded)
+        << pulled;
     absl::SleepFor(absl::Milliseconds(50));
   } while (absl::Now() < give_up);
-  ASSERT_TRUE(id.ok()) << id.status();
-  std::fill(back.begin(), back.end(), -1.0f);
-  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
-  EXPECT_EQ(back, initial);
-  std::vector<float> gradient(spec.num_elements, 1.0f);
-  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
-  for (size_t i = 0; i < back.size(); ++i) ASSERT_EQ(back[i], initial[i] - 0.5f) << i;
+  ASSERT_EQ(pulled.code(), absl::StatusCode::kDataLoss) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "shard 1")) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "restarted without its state")) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "'w'")) << pulled;
+  EXPECT_EQ((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 1).Wait().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*client)->Declare(spec, initial).status().code(), absl::StatusCode::kDataLoss);
+  // The tensor on shard 0 alone is intact.
+  ASSERT_TRUE((*client)->Pull(*small_id, absl::MakeSpan(small_back), 1).Wait().ok());
+  EXPECT_EQ(small_back[0], -0.5f);
+
+  // A new run of the worker meets the restarted shard afresh: its declaration finds shard 1
+  // empty while shard 0 has applied a step, and marks the tensor lost there...
+  client->reset();
+  auto rerun = Client::Create(options);
+  ASSERT_TRUE(rerun.ok()) << rerun.status();
+  absl::Status declared = (*rerun)->Declare(spec, initial).status();
+  EXPECT_EQ(declared.code(), absl::StatusCode::kDataLoss) << declared;
+  EXPECT_TRUE(absl::StrContains(declared.message(), "shard 1 (")) << declared;
+  EXPECT_TRUE(absl::StrContains(declared.message(), "had applied")) << declared;
+  rerun->reset();
+  // ...so that every later worker is told so by the shard itself.
+  auto another = Client::Create(options);
+  ASSERT_TRUE(another.ok()) << another.status();
+  declared = (*another)->Declare(spec, initial).status();
+  EXPECT_EQ(declared.code(), absl::StatusCode::kDataLoss) << declared;
+  EXPECT_TRUE(absl::StrContains(declared.message(), "lost its state on shard 1")) << declared;
 }
 
 TEST_P(TrainingTest, ShardRefusesABusyPort) {

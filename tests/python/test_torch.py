@@ -204,6 +204,9 @@ def test_bad_use_gets_clear_errors(cluster_factory):
         with pytest.raises(ValueError, match="float64"):
             hetps.torch.ServerOptimizer(torch.nn.Linear(4, 2).double().parameters(), "sgd",
                                         lr=0.1, client=client)
+        with pytest.raises(ValueError, match="moves CPU and CUDA"):
+            hetps.torch.ServerOptimizer(torch.nn.Linear(4, 2, device="meta").parameters(), "sgd",
+                                        lr=0.1, client=client)
         optimizer = hetps.torch.ServerOptimizer(model.parameters(), "sgd", lr=0.1,
                                                 client=client)
         client.shutdown()

@@ -149,6 +149,90 @@ TEST_P(ShardRunsTest, AspSequencesFromTheWireAreChecked) {
   EXPECT_EQ(Read(item), std::make_pair(-3.0f, uint64_t{3}));
 }
 
+// Requests that name another run of the shard's state (a worker that knew the shard before it
+// restarted empty) get DATA_LOSS from every method that touches state, and change nothing; the
+// run the hello reports, or none (0), is served.
+TEST_P(ShardRunsTest, RequestsForAnotherRunOfTheShardsStateGetDataLoss) {
+  absl::StatusOr<transport::Response> hello = Call(hetps::v1::METHOD_HELLO, Hello(0, RunOf(0)));
+  ASSERT_TRUE(hello.ok()) << hello.status();
+  hetps::v1::HelloResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(hello->header));
+  const uint64_t current = answer.shard_incarnation();
+  ASSERT_NE(current, 0u);
+  const uint64_t earlier = current ^ 0x5a5a;
+  const uint32_t p = mine_[0];
+
+  auto expect_data_loss = [&](const char* what, uint32_t method, auto header, Payload payload) {
+    header.set_shard_incarnation(earlier);
+    absl::Status status = Call(method, header, std::move(payload)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << what << ": " << status;
+    EXPECT_NE(status.message().find("restarted without its state"), absl::string_view::npos)
+        << what << ": " << status;
+  };
+  expect_data_loss("declare", hetps::v1::METHOD_DECLARE, DeclareOf(Decl()), Payload());
+  expect_data_loss("push", hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}),
+                   Gradient(PartitionBytes(p)));
+  expect_data_loss("push-pull", hetps::v1::METHOD_PUSH_PULL, Push({Item(p, PartitionBytes(p))}),
+                   Gradient(PartitionBytes(p)));
+  hetps::v1::PullRequest pull;
+  *pull.add_items() = Item(p, 0);
+  expect_data_loss("pull", hetps::v1::METHOD_PULL, pull, Payload());
+  hetps::v1::BarrierRequest barrier;
+  barrier.set_generation(1);
+  barrier.set_incarnation(RunOf(0));
+  expect_data_loss("barrier", hetps::v1::METHOD_BARRIER, barrier, Payload());
+  hetps::v1::SetOptimizerRequest change;
+  change.set_tensor_key(key_);
+  change.set_from_version(1);
+  (*change.mutable_params())["lr"] = 0.5;
+  expect_data_loss("set optimizer", hetps::v1::METHOD_SET_OPTIMIZER, change, Payload());
+  hetps::v1::ReadStateRequest read;
+  read.set_tensor_key(key_);
+  read.set_partition(p);
+  expect_data_loss("read state", hetps::v1::METHOD_READ_STATE, read, Payload());
+  hetps::v1::WriteStateRequest write;
+  write.set_tensor_key(key_);
+  write.set_partition(p);
+  write.set_version(7);
+  expect_data_loss("write state", hetps::v1::METHOD_WRITE_STATE, write,
+                   Gradient(PartitionBytes(p)));
+  ExpectUnchanged();
+
+  pull.set_shard_incarnation(current);
+  EXPECT_TRUE(Call(hetps::v1::METHOD_PULL, pull).ok());
+  hetps::v1::DeclareRequest declare = DeclareOf(Decl());
+  declare.set_shard_incarnation(current);
+  EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, declare).ok());
+}
+
+// A tensor marked lost (a worker found this shard's partitions new while another shard's had
+// steps applied) answers DATA_LOSS to everyone from then on, and its partitions stay untouched.
+TEST_P(ShardRunsTest, ATensorMarkedLostAnswersDataLossToEveryone) {
+  const uint32_t p = mine_[0];
+  hetps::v1::DeclareRequest mark = DeclareOf(Decl());
+  mark.set_mark_lost(true);
+  absl::Status marked = Call(hetps::v1::METHOD_DECLARE, mark).status();
+  EXPECT_EQ(marked.code(), absl::StatusCode::kDataLoss) << marked;
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    absl::Status declared = Call(hetps::v1::METHOD_DECLARE, DeclareOf(Decl())).status();
+    EXPECT_EQ(declared.code(), absl::StatusCode::kDataLoss) << declared;
+    EXPECT_NE(declared.message().find("tensor 't' lost its state on shard 0"),
+              absl::string_view::npos)
+        << declared;
+    absl::Status pushed = Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, rank),
+                               Gradient(PartitionBytes(p)))
+                              .status();
+    EXPECT_EQ(pushed.code(), absl::StatusCode::kDataLoss) << pushed;
+  }
+  hetps::v1::PullRequest pull;
+  *pull.add_items() = Item(p, 0);
+  EXPECT_EQ(Call(hetps::v1::METHOD_PULL, pull).status().code(), absl::StatusCode::kDataLoss);
+  hetps::v1::ReadStateRequest read;
+  read.set_tensor_key(key_);
+  read.set_partition(p);
+  EXPECT_EQ(Call(hetps::v1::METHOD_READ_STATE, read).status().code(), absl::StatusCode::kDataLoss);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ShardRunsTest,
                          ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),
                          [](const auto& info) { return testing::TestName(info.param); });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/random_id.h"
 #include "transport/grpc/grpc_transport.h"
 #include "worker/internal/wire_format.h"
 #ifdef HETPS_HAVE_UCX
@@ -56,9 +57,8 @@ transport::ConnectOptions WorkerGreeting(uint32_t shard, uint32_t num_shards, ui
   options.world_size = world_size;
   options.job_id = job_id;
   transport::ConnectOptions connect;
-  connect.greeting =
-      internal::MakeHello(options, shard, num_shards, internal::NewIncarnation(), auth_token)
-          .SerializeAsString();
+  connect.greeting = internal::MakeHello(options, shard, num_shards, NewRandomId(), auth_token)
+                         .SerializeAsString();
   return connect;
 }
 

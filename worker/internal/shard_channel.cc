@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "transport/internal/call_scope.h"
 
@@ -128,11 +129,29 @@ void ShardChannel::RunRetry(uint64_t retry_id) {
   Send(std::move(call));
 }
 
+void ShardChannel::AddTensor(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (std::find(tensors_.begin(), tensors_.end(), name) == tensors_.end()) {
+    tensors_.push_back(name);
+  }
+}
+
 void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Response> result) {
   if (!result.ok()) {
+    std::string lost;
+    if (result.status().code() == absl::StatusCode::kDataLoss) {
+      constexpr size_t kNamed = 10;
+      absl::MutexLock lock(&mu_);
+      const size_t named = std::min(tensors_.size(), kNamed);
+      lost = absl::StrFormat(
+          "; this worker's tensors with partitions there: '%s'%s",
+          absl::StrJoin(tensors_.begin(), tensors_.begin() + named, "', '"),
+          named < tensors_.size() ? absl::StrFormat(", ... (%d in all)", tensors_.size()) : "");
+      if (tensors_.empty()) lost = "; this worker declared no tensor there";
+    }
     result = absl::Status(
         result.status().code(),
-        absl::StrFormat("shard %d (%s): %s", index_, address_, result.status().message()));
+        absl::StrFormat("shard %d (%s): %s%s", index_, address_, result.status().message(), lost));
   }
   transport::ResponseCallback done = std::move(call.done);
   call.done = nullptr;

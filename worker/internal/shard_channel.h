@@ -2,7 +2,8 @@
 // that finds the shard unreachable (Unavailable: not started yet, restarting, connection
 // broken) is sent again after a pause that grows from 20 ms to 1 s, until its deadline; then it
 // fails with DeadlineExceeded. Retrying is safe because shards recognise repeated pushes.
-// Errors name the shard: "shard 1 (10.0.0.2:7000): ...".
+// Errors name the shard: "shard 1 (10.0.0.2:7000): ..."; DataLoss (the shard restarted without
+// its state) also names the tensors this client has there.
 //
 // Thread-safe. Callbacks never run inside Call (transport/internal/call_scope.h). Shutdown()
 // waits for the threads inside the connection's Call (they leave it promptly), then ends every
@@ -11,9 +12,11 @@
 #ifndef HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
 #define HETPS_WORKER_INTERNAL_SHARD_CHANNEL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -32,6 +35,15 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
 
   uint32_t index() const { return index_; }
   const std::string& address() const { return address_; }
+
+  // The run of the shard's state the client met (HelloResponse.shard_incarnation), which every
+  // request that touches state carries; 0 before the hello (not checked).
+  uint64_t shard_incarnation() const { return shard_incarnation_.load(std::memory_order_acquire); }
+  void set_shard_incarnation(uint64_t id) {
+    shard_incarnation_.store(id, std::memory_order_release);
+  }
+  // Records a tensor with partitions on this shard, named when the shard reports them lost.
+  void AddTensor(const std::string& name);
 
   // `sink`: where the response's payload should land (see transport::Request::response_sink).
   void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
@@ -53,6 +65,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   const uint32_t index_;
   const std::string address_;
   TimerQueue* const timers_;
+  std::atomic<uint64_t> shard_incarnation_{0};
 
   absl::Mutex mu_;
   std::unique_ptr<transport::Connection> connection_ ABSL_GUARDED_BY(mu_);
@@ -64,6 +77,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
     TimerQueue::TimerId timer = 0;
   };
   absl::flat_hash_map<uint64_t, Retry> retries_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> tensors_ ABSL_GUARDED_BY(mu_);  // in declaration order
 };
 
 }  // namespace hetps::internal

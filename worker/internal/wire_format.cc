@@ -1,7 +1,6 @@
 #include "worker/internal/wire_format.h"
 
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -158,13 +157,6 @@ transport::Payload GradientPayload(const Piece& piece) {
   ConvertFloats(piece.gradient, piece.gradient_format, converted->data(), piece.push_format,
                 piece.elements);
   return transport::Payload::Shared(transport::ByteSpan(converted->data(), bytes), converted);
-}
-
-uint64_t NewIncarnation() {
-  std::random_device device;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{device()} << 32) ^ device();
-  return id;
 }
 
 hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,

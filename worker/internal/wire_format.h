@@ -22,10 +22,6 @@ inline constexpr size_t kHeaderAllowance = 1 << 20;
 // InvalidArgument for options no client can work with.
 absl::Status ValidateOptions(const ClientOptions& options);
 
-// A random non-zero run id (HelloRequest.incarnation): two runs of one worker must not pick
-// the same one.
-uint64_t NewIncarnation();
-
 // What a worker tells shard `shard` of `num_shards` when it connects (the connection's greeting,
 // transport::ConnectOptions) and in its Hello call.
 hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,

@@ -9,6 +9,10 @@ the parameters whose gradient is final; when a bucket's last one is, the bucket'
 starts, while backward goes on with the layers below. finish() starts what has not started
 (a parameter that got no gradient pushes zeros: in BSP every worker pushes every tensor each
 step), waits for everything, and writes the results back.
+
+CUDA parameters (float32) travel through the client's device path: each push-pull is ordered
+on the stream current when it starts (backward's, for the hooks), and the results are written
+back on the current stream after it.
 """
 
 import threading
@@ -59,6 +63,10 @@ class Exchange:
         self.push_log = []  # (time.perf_counter(), bucket name) of this step's pushes
         for group_index, named in enumerate(groups):
             self._make_buckets(group_index, named, bucket_bytes, prefix)
+        devices = {str(p.device) for b in self.buckets for p in b.params}
+        if len(devices) > 1:
+            raise ValueError(f"parameters on {sorted(devices)}: hetps.torch moves the parameters "
+                             "of one device per optimizer (one worker per GPU)")
 
     # --- setup ---
 
@@ -108,7 +116,7 @@ class Exchange:
 
     def _declare_all(self):
         for bucket in self.buckets:
-            values = torch.cat([p.detach().reshape(-1).float() for p in bucket.params])
+            values = torch.cat([p.detach().reshape(-1).float() for p in bucket.params]).cpu()
             wire = _TORCH_TO_WIRE[bucket.dtype]
             rule, params = self._rules(bucket.group)
             bucket.tensor_id = self.client.declare(
@@ -119,8 +127,9 @@ class Exchange:
     def _allocate(self):
         for bucket in self.buckets:
             if not bucket.direct:
-                bucket.gradient = torch.zeros(bucket.numel, dtype=bucket.dtype)
-                bucket.out = torch.zeros(bucket.numel, dtype=bucket.dtype)
+                device = bucket.params[0].device
+                bucket.gradient = torch.zeros(bucket.numel, dtype=bucket.dtype, device=device)
+                bucket.out = torch.zeros(bucket.numel, dtype=bucket.dtype, device=device)
 
     def group_of(self, p):
         return self._bucket_of[id(p)].group
@@ -135,7 +144,7 @@ class Exchange:
             for p in bucket.params:
                 n = p.numel()
                 states.append((p, version, [torch.from_numpy(slot[offset:offset + n].copy())
-                                            .view_as(p) for slot in slots]))
+                                            .to(p.device).view_as(p) for slot in slots]))
                 offset += n
         return states
 
@@ -147,8 +156,8 @@ class Exchange:
             per_param = [slots_of(p) for p in bucket.params]
             slots = [torch.cat([slots[k].detach().reshape(-1).float() for slots in per_param])
                      for k in range(len(per_param[0]))]
-            self.client.write_state(bucket.tensor_id, version, weights.numpy(),
-                                    [slot.numpy() for slot in slots])
+            self.client.write_state(bucket.tensor_id, version, weights.cpu().numpy(),
+                                    [slot.cpu().numpy() for slot in slots])
 
     def restart_at(self, step):
         """Goes on from the shards' version `step`: pulls its weights into the parameters."""
@@ -299,9 +308,12 @@ class Exchange:
 
 
 def check_parameter(name, p):
-    if p.device.type != "cpu":
-        raise ValueError(f"parameter {name} is on {p.device}: hetps.torch moves CPU tensors "
-                         "only")
+    if p.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"parameter {name} is on {p.device}: hetps.torch moves CPU and CUDA "
+                         "tensors")
+    if p.device.type == "cuda" and p.dtype != torch.float32:
+        raise ValueError(f"parameter {name} is a {p.dtype} CUDA tensor: GPU memory moves as "
+                         "float32 only")
     if p.dtype not in _TORCH_TO_WIRE:
         raise ValueError(f"parameter {name} is {p.dtype}: hetps takes float32, bfloat16 or "
                          "float16")
