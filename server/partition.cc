@@ -179,6 +179,7 @@ void Partition::ApplyCompleteSteps() {
     spare_gradients_.clear();
     steps_.erase(it);
     applied = true;
+    CheckpointIfDue();
   }
   if (applied) WakeWaiters();
 }
@@ -269,6 +270,58 @@ WeightsSnapshot Partition::Snapshot(FloatFormat format) {
   return {transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy.values)),
                                      copy.values),
           version()};
+}
+
+void Partition::CheckpointIfDue() {
+  if (config_.checkpoint_every == 0 || version() % config_.checkpoint_every != 0) return;
+  config_.checkpoint(Capture());
+}
+
+PartitionCopy Partition::Capture() const {
+  PartitionCopy copy;
+  const size_t n = config_.range.size;
+  copy.index = config_.index;
+  copy.version = version();
+  copy.state_slots = static_cast<uint32_t>(state_slots_.size());
+  copy.values.resize(n * (1 + state_slots_.size()));
+  std::copy_n(weights_->data(), n, copy.values.data());
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    std::copy_n(state_slots_[slot], n, copy.values.data() + (slot + 1) * n);
+  }
+  for (const WorkerRun& run : runs_) {
+    hetps::v1::WorkerRunImage& image = copy.runs.emplace_back();
+    image.set_incarnation(run.incarnation);
+    image.set_highest_sequence(run.applied.highest());
+    image.set_seen_mask(run.applied.seen());
+  }
+  return copy;
+}
+
+absl::Status Partition::Restore(const hetps::v1::PartitionImage& image,
+                                absl::Span<const float> values) {
+  const size_t n = config_.range.size;
+  if (image.state_slots() != state_slots_.size() ||
+      values.size() != n * (1 + state_slots_.size()) ||
+      image.runs_size() != static_cast<int>(runs_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "partition %d: the copy holds %d values, %d state slots and %d workers' runs; the "
+        "partition has %d values, %d slots and %d workers",
+        config_.index, values.size(), image.state_slots(), image.runs_size(), n,
+        state_slots_.size(), runs_.size()));
+  }
+  std::copy_n(values.data(), n, weights_->data());
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    std::copy_n(values.data() + (slot + 1) * n, n, state_slots_[slot]);
+  }
+  for (size_t rank = 0; rank < runs_.size(); ++rank) {
+    const hetps::v1::WorkerRunImage& run = image.runs(static_cast<int>(rank));
+    runs_[rank] = WorkerRun{run.incarnation(),
+                            ReplayWindow::Restored(run.highest_sequence(), run.seen_mask())};
+  }
+  awaits_values_ = false;
+  bf16_ = fp16_ = WireCopy();
+  version_.store(image.version(), std::memory_order_release);
+  return absl::OkStatus();
 }
 
 transport::Payload Partition::ReadState(uint64_t* version) const {

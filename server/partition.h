@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,12 +39,21 @@
 #include "common/partitioning.h"
 #include "common/thread_pool.h"
 #include "optimizer/optimizer.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/ps.pb.h"
 #include "server/pending_request.h"
 #include "server/replay_window.h"
 #include "transport/payload.h"
 
 namespace hetps::server {
+
+struct PartitionCopy {
+  uint32_t index = 0;
+  uint64_t version = 0;
+  uint32_t state_slots = 0;
+  std::vector<float> values;                    // the weights, then each state slot
+  std::vector<hetps::v1::WorkerRunImage> runs;  // by rank
+};
 
 class Partition {
  public:
@@ -57,6 +67,12 @@ class Partition {
     bool awaits_values = false;                  // initial values will be sent by the workers
     // Large partitions spread their updates over this pool (null: the owner does all).
     ThreadPool* kernel_pool = nullptr;
+    // BSP: every `checkpoint_every` steps (0: never), right after the update that makes the
+    // version a multiple of it, a copy of the partition (Capture()) goes to `checkpoint`, on
+    // the owner thread. Every partition passes every version, so the copies of one version
+    // form a consistent cut of the job without stopping it.
+    uint64_t checkpoint_every = 0;
+    std::function<void(PartitionCopy)> checkpoint;
   };
 
   // Updates of at least this many elements are spread over the kernel pool.
@@ -111,6 +127,13 @@ class Partition {
 
   WeightsSnapshot Snapshot(FloatFormat format);
 
+  // What a checkpoint keeps of this partition: a copy of the weights and optimizer state, the
+  // version and each worker's run (the exactly-once bookkeeping).
+  PartitionCopy Capture() const;
+  // Takes the state of a checkpoint's copy (at start, before any request; any thread then).
+  // InvalidArgument if it does not fit this partition.
+  absl::Status Restore(const hetps::v1::PartitionImage& image, absl::Span<const float> values);
+
   // The weights, then each optimizer state slot (num_elements() fp32 values each), at
   // `*version`.
   transport::Payload ReadState(uint64_t* version) const;
@@ -162,6 +185,7 @@ class Partition {
   void Apply(absl::Span<const float* const> gradients);
   const Optimizer& OptimizerForNextStep();
   void ApplyCompleteSteps();
+  void CheckpointIfDue();
   void WakeWaiters();
 
   const Config config_;

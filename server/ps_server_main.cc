@@ -74,6 +74,15 @@ ABSL_FLAG(std::string, tls_cert_file, "",
 ABSL_FLAG(std::string, tls_key_file, "", "TLS: the key of --tls_cert_file (PEM)");
 ABSL_FLAG(std::string, tls_ca_file, "",
           "TLS: require client certificates signed by this CA (PEM); empty: not asked for");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where consistent checkpoints of the BSP tensors go (step-<S>/ with one part per shard "
+          "and a MANIFEST); a directory every shard of the job can write (one machine, or a "
+          "shared file system)");
+ABSL_FLAG(uint64_t, checkpoint_every, 0,
+          "Checkpoint every this many BSP steps, without stopping training (0: never)");
+ABSL_FLAG(std::string, restore, "",
+          "Start from a checkpoint: a --checkpoint_dir (its newest committed step) or one "
+          "step-<S> directory; the workers learn the step to go on from");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -198,6 +207,9 @@ int main(int argc, char** argv) {
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key_file);
   options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca_file);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  options.restore_dir = absl::GetFlag(FLAGS_restore);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

@@ -42,6 +42,14 @@ class ReplayWindow {
   }
 
   uint64_t highest() const { return highest_; }
+  // Bit i: highest() - i was seen (what a checkpoint keeps, with highest()).
+  uint64_t seen() const { return seen_; }
+  static ReplayWindow Restored(uint64_t highest, uint64_t seen) {
+    ReplayWindow window;
+    window.highest_ = highest;
+    window.seen_ = seen;
+    return window;
+  }
 
   // REQUIRES: Judge(sequence) == kNew.
   void Mark(uint64_t sequence) {

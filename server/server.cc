@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/runtime.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
@@ -28,6 +29,9 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   }
   if (options.max_wait <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("max_wait must be positive");
+  }
+  if (options.checkpoint_every > 0 && options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("checkpoint_every needs a checkpoint_dir");
   }
   if (options.threads < 0 || options.threads > ServerOptions::kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrFormat("threads must be between 0 and %d, not %d",
@@ -77,6 +81,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.max_message_bytes = options.max_message_bytes;
   shard_options.max_memory_bytes = options.max_memory_bytes;
   shard_options.auth_token = options.auth_token;
+  shard_options.checkpoint_dir = options.checkpoint_dir;
+  shard_options.checkpoint_every = options.checkpoint_every;
   if (shard_options.max_memory_bytes == 0) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_bytes = sysconf(_SC_PAGESIZE);
@@ -85,6 +91,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
     }
   }
   server->shard_ = std::make_unique<Shard>(shard_options);
+  if (!options.restore_dir.empty()) {
+    HETPS_ASSIGN_OR_RETURN(
+        const CheckpointPartData part,
+        LoadCheckpointPart(options.restore_dir,
+                           CheckpointIdentity{options.job_id, options.shard_index,
+                                              options.num_shards, options.num_workers}));
+    HETPS_RETURN_IF_ERROR(server->shard_->Restore(part));
+    LogInfo("shard %d: restored step %d from %s", options.shard_index, part.header.step(),
+            part.path);
+  }
   HETPS_ASSIGN_OR_RETURN(server->listener_,
                          server->transport_->Listen(options.listen_address, server->shard_.get()));
   return server;
@@ -95,6 +111,10 @@ ShardServer::~ShardServer() { Shutdown(); }
 std::string ShardServer::address() const { return listener_->address(); }
 
 hetps::v1::StatsResponse ShardServer::Stats() const { return shard_->Stats(); }
+
+uint64_t ShardServer::resume_step() const { return shard_->resume_step(); }
+
+uint64_t ShardServer::last_checkpoint() const { return shard_->last_checkpoint(); }
 
 uint64_t ShardServer::StateDigest() { return shard_->StateDigest(); }
 

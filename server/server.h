@@ -48,6 +48,14 @@ struct ServerOptions {
   // The job's shared secret (see common/auth_token.h); when set, only workers that present it
   // are served, every other connection gets UNAUTHENTICATED. Empty: no authentication.
   std::string auth_token;
+  // Consistent checkpoints (server/checkpoint.h): every `checkpoint_every` BSP steps into
+  // `checkpoint_dir`, a directory the job's shards share; 0 or empty: none.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
+  // Start from a checkpoint: a checkpoint directory (its newest committed step) or one step's
+  // directory. Start fails, naming the file, for a checkpoint that is missing, corrupt, or of
+  // another job, shard count or worker count.
+  std::string restore_dir;
 
   // --- Where and how it listens ---
 
@@ -98,6 +106,10 @@ class ShardServer {
   // The address workers connect to (with the chosen port).
   std::string address() const;
   hetps::v1::StatsResponse Stats() const;
+  // The step of the restored checkpoint (0: started empty), and the newest checkpoint this
+  // shard committed (0: none).
+  uint64_t resume_step() const;
+  uint64_t last_checkpoint() const;
   // Shard::StateDigest: a hash of everything the shard holds (tests).
   uint64_t StateDigest();
 

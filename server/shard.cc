@@ -61,6 +61,13 @@ Shard::Shard(const ShardOptions& options)
       timers_(std::make_unique<TimerQueue>()),
       barrier_(options.num_workers, timers_.get()),
       runs_(new std::atomic<uint64_t>[options.num_workers]()) {
+  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointWriter>(
+        options_.checkpoint_dir,
+        CheckpointIdentity{options_.job_id, options_.shard_index, options_.num_shards,
+                           options_.num_workers},
+        [this] { return CheckpointCatalog(); }, [this] { return bsp_partitions_.load(); });
+  }
   const int threads = std::max(1, options_.threads);
   for (int i = 0; i < threads; ++i) {
     owners_.push_back(std::make_unique<TaskThread>(absl::StrCat("shard-owner-", i)));
@@ -265,6 +272,7 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   response.set_max_message_bytes(options_.max_message_bytes);
   response.set_barriers_completed(barrier_.completed());
   response.set_shard_incarnation(incarnation_);
+  response.set_resume_step(resume_step_);
   return HeaderResponse(response);
 }
 
@@ -415,7 +423,13 @@ absl::StatusOr<std::pair<const Tensor*, bool>> Shard::CreateTensor(
     return built.status();
   }
   std::pair<const Tensor*, bool> inserted = table_.Insert(*std::move(built));
-  if (!inserted.second) ReleaseMemory(reserved);  // another worker's declaration came first
+  if (!inserted.second) {
+    ReleaseMemory(reserved);  // another worker's declaration came first
+  } else if (decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
+    const ShardShare share =
+        ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
+    bsp_partitions_.fetch_add(share.partitions);
+  }
   return inserted;
 }
 
@@ -444,6 +458,12 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
     config.owner = next_owner_.fetch_add(1) % owners_.size();
     config.kernel_pool = kernels_.get();
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
+    if (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
+      config.checkpoint_every = options_.checkpoint_every;
+      config.checkpoint = [writer = checkpoints_.get(), key = decl.key()](PartitionCopy copy) {
+        writer->Offer(key, std::move(copy));
+      };
+    }
     HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
   }
   return tensor;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "common/timer_queue.h"
 #include "proto/ps.pb.h"
 #include "server/barrier.h"
+#include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/pending_request.h"
 #include "server/tensor_table.h"
@@ -48,12 +50,25 @@ struct ShardOptions {
   uint64_t max_memory_bytes = ~uint64_t{0};
   // The job's shared secret; when set, only connections that present it are admitted.
   std::string auth_token;
+  // Consistent checkpoints of the BSP tensors every `checkpoint_every` steps into
+  // `checkpoint_dir` (server/checkpoint.h); 0 or empty: none.
+  std::string checkpoint_dir;
+  uint64_t checkpoint_every = 0;
 };
 
 class Shard final : public transport::RequestHandler {
  public:
   explicit Shard(const ShardOptions& options);
   ~Shard() override;
+
+  // Takes the state of a checkpoint's part (LoadCheckpointPart): declares its tensors and
+  // fills their partitions. Only before the shard serves any request. DataLoss naming the file
+  // if the part does not fit (a partition of another shard, sizes that do not match).
+  absl::Status Restore(const CheckpointPartData& part);
+  // The step the restored checkpoint was cut at (0: started empty).
+  uint64_t resume_step() const { return resume_step_; }
+  // The newest checkpoint step this shard committed (0: none).
+  uint64_t last_checkpoint() const;
 
   // A connection is admitted on its greeting, the worker's HelloRequest: what Hello checks
   // (protocol version, job, world size, rank, shard order) holds for all its requests.
@@ -149,6 +164,8 @@ class Shard final : public transport::RequestHandler {
   absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl,
                                          const PartitionLayout& layout, const Optimizer& optimizer);
   void ReleaseMemory(uint64_t bytes);
+  // Every BSP tensor's declaration and hyperparameter schedule (a CheckpointWriter::Catalog).
+  std::map<uint64_t, hetps::v1::TensorImage> CheckpointCatalog() const;
 
   // Constant after construction.
   const ShardOptions options_;
@@ -160,6 +177,10 @@ class Shard final : public transport::RequestHandler {
   WaitingRequests waiting_;  // pulls that wait, by connection
   BarrierCoordinator barrier_;
   TensorTable table_;
+  // Before the owners, which hand it their copies: it goes after them.
+  std::unique_ptr<CheckpointWriter> checkpoints_;
+  std::atomic<size_t> bsp_partitions_{0};  // this shard's partitions of BSP tensors
+  uint64_t resume_step_ = 0;               // set by Restore, before any request
   std::vector<std::unique_ptr<TaskThread>> owners_;
   // Creates declared tensors, off the transport threads.
   std::unique_ptr<TaskThread> declarer_;

@@ -238,6 +238,12 @@ class Client {
   // client created after the job passed some barriers (a restarted worker) joins the next one.
   virtual absl::Status Barrier() = 0;
 
+  // The step to go on from: the step of the checkpoint the shards restored (ps-server
+  // --restore), 0 for shards that started empty. A job that starts again after its shards were
+  // restored pulls the weights of this version and pushes this step next, and can restart its
+  // data loader there. Known once the client is created (the shards say it in their hello).
+  virtual uint64_t ResumeStep() const = 0;
+
   // Figures of every shard, in shard-index order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 

@@ -133,6 +133,7 @@ class ClientImpl final : public Client {
   absl::StatusOr<TensorState> ReadState(TensorId tensor) override;
   absl::Status WriteState(TensorId tensor, const TensorState& state) override;
   absl::Status Barrier() override;
+  uint64_t ResumeStep() const override { return resume_step_; }
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   void Shutdown() override;
 
@@ -163,6 +164,7 @@ class ClientImpl final : public Client {
   // This run of the worker (see HelloRequest.incarnation); its pushes are numbered from 1.
   const uint64_t incarnation_;
   std::atomic<uint64_t> next_sequence_{1};
+  uint64_t resume_step_ = 0;  // set by Connect
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -212,6 +214,12 @@ absl::Status ClientImpl::Connect() {
           hello.max_message_bytes(), options_.partition_bytes));
     }
     channels[shard]->set_shard_incarnation(hello.shard_incarnation());
+    if (shard > 0 && hello.resume_step() != resume_step_) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "shard 0 restored step %d, shard %d step %d: restore every shard from one checkpoint",
+          resume_step_, shard, hello.resume_step()));
+    }
+    resume_step_ = hello.resume_step();
     if (shard == 0) {
       // Shard 0 coordinates barriers: a restarted worker joins the job's next one.
       absl::MutexLock lock(&mu_);

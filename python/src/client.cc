@@ -376,6 +376,10 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
       .def_property_readonly(
           "options", [](PyClient& self) { return self.client().options(); },
           "The options the client was created with (a copy).")
+      .def_property_readonly(
+          "resume_step", [](PyClient& self) { return self.client().ResumeStep(); },
+          "The step to go on from: the step of the checkpoint the shards restored (ps-server "
+          "--restore), 0 for shards that started empty.")
       .def(
           "partitions",
           [](PyClient& self, TensorId tensor) {

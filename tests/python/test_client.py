@@ -252,3 +252,27 @@ def test_type_stubs_name_what_the_module_has():
         if inspect.isclass(getattr(_hetps, name)) and name != "Error":
             have = {m for m in dir(getattr(_hetps, name)) if not m.startswith("__")}
             assert members - {"__init__", "__enter__", "__exit__"} == have - {"_pybind11_conduit_v1_"}, name
+
+
+def test_shards_restored_from_a_checkpoint_tell_the_step_to_resume_from(cluster_factory, tmp_path):
+    checkpoints = str(tmp_path / "checkpoints")
+    n = 4096  # four partitions of 4 KiB, on both shards
+    initial = np.arange(n, dtype=np.float32)
+    first = cluster_factory(shards=2, extra_flags=["--checkpoint_every=2",
+                                                  f"--checkpoint_dir={checkpoints}"])
+    out = np.empty(n, np.float32)
+    with client_for(first, partition_bytes=4096) as client:
+        assert client.resume_step == 0
+        w = client.declare("w", initial_values=initial, optimizer="sgd", params={"lr": 1.0})
+        for step in range(3):
+            client.push_pull(w, np.ones(n, np.float32), out, step).wait()
+    manifest = os.path.join(checkpoints, "step-000000000002", "MANIFEST")
+    assert eventually(lambda: os.path.exists(manifest))
+    first.close()
+
+    restored = cluster_factory(shards=2, extra_flags=[f"--restore={checkpoints}"])
+    with client_for(restored, partition_bytes=4096) as client:
+        assert client.resume_step == 2
+        w = client.declare("w", initial_values=initial, optimizer="sgd", params={"lr": 1.0})
+        client.pull(w, out, min_version=client.resume_step).wait()
+        np.testing.assert_array_equal(out, initial - 2)

@@ -31,7 +31,7 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::StartShard(int i) {
+absl::Status LocalCluster::StartShard(int i, const std::vector<std::string>& more_flags) {
   // A restarted shard takes the port it had; a new one picks a free port.
   std::string port = "0";
   if (!addresses_[i].empty()) port = addresses_[i].substr(addresses_[i].rfind(':') + 1);
@@ -46,6 +46,7 @@ absl::Status LocalCluster::StartShard(int i) {
                                    "--threads=2",
                                    "--lifetime_s=300"};
   argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  argv.insert(argv.end(), more_flags.begin(), more_flags.end());
   shards_[i] = std::make_unique<Subprocess>(argv, shard_log(i), env_);
   if (!shards_[i]->started()) return absl::InternalError("cannot start ps-server");
   return absl::OkStatus();
@@ -67,9 +68,9 @@ absl::Status LocalCluster::AwaitPort(int i, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::Restart(int i) {
+absl::Status LocalCluster::Restart(int i, const std::vector<std::string>& more_flags) {
   shards_[i].reset();  // ends it if it still runs
-  if (absl::Status started = StartShard(i); !started.ok()) return started;
+  if (absl::Status started = StartShard(i, more_flags); !started.ok()) return started;
   return AwaitPort(i, absl::Now() + absl::Seconds(30));
 }
 

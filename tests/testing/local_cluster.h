@@ -22,8 +22,9 @@ class LocalCluster {
   absl::Status Start(int num_shards, int num_workers,
                      const std::vector<std::string>& extra_flags = {},
                      const std::vector<std::string>& env = {});
-  // Starts shard i again, on the port it had (after it was killed).
-  absl::Status Restart(int i);
+  // Starts shard i again, on the port it had (after it was killed), with `more_flags` added to
+  // this start's command line.
+  absl::Status Restart(int i, const std::vector<std::string>& more_flags = {});
 
   const std::vector<std::string>& addresses() const { return addresses_; }
   // "a:1,b:2", as --servers takes it.
@@ -33,7 +34,7 @@ class LocalCluster {
   const std::string& dir() const { return dir_.path(); }
 
  private:
-  absl::Status StartShard(int i);
+  absl::Status StartShard(int i, const std::vector<std::string>& more_flags = {});
   absl::Status AwaitPort(int i, absl::Time deadline);
 
   ScopedTempDir dir_;

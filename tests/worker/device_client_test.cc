@@ -162,6 +162,7 @@ class RecordingClient final : public Client {
     return inner_->SetHyperparameters(tensor, from_step, changes);
   }
   absl::Status Barrier() override { return inner_->Barrier(); }
+  uint64_t ResumeStep() const override { return inner_->ResumeStep(); }
   absl::StatusOr<std::vector<ShardStats>> Stats() override { return inner_->Stats(); }
   void Shutdown() override { inner_->Shutdown(); }
 

@@ -88,10 +88,15 @@ int main(int argc, char** argv) {
                                    {*bias_id, absl::MakeSpan(&b, 1)}};
   const hetps::PushItem gradients[] = {{*weight_id, absl::MakeConstSpan(grad_w)},
                                        {*bias_id, absl::MakeConstSpan(&grad_b, 1)}};
-  if (absl::Status s = (*client)->Pull(model).Wait(); !s.ok()) return Fail(s);
+  // Shards restored from a checkpoint say where the job goes on from (0 otherwise).
+  const int first_step = static_cast<int>((*client)->ResumeStep());
+  if (first_step > 0) std::printf("rank %u resumes at step %d\n", options.rank, first_step);
+  if (absl::Status s = (*client)->Pull(model, static_cast<uint64_t>(first_step)).Wait(); !s.ok()) {
+    return Fail(s);
+  }
 
   const int steps = absl::GetFlag(FLAGS_steps);
-  for (int step = 0; step < steps; ++step) {
+  for (int step = first_step; step < steps; ++step) {
     const float loss =
         hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w), &grad_b);
     std::printf("rank %u step %d loss %.6f\n", options.rank, step, loss);

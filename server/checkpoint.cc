@@ -1,0 +1,381 @@
+#include "server/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/crc32c.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "google/protobuf/text_format.h"
+
+namespace hetps::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'H', 'E', 'T', 'P', 'S', 'C', 'K', '1'};
+constexpr size_t kDataAlignment = 64;
+constexpr char kManifest[] = "MANIFEST";
+constexpr char kStepPrefix[] = "step-";
+
+absl::Status Errno(const std::string& what, const std::string& path) {
+  return absl::InternalError(absl::StrFormat("%s %s: %s", what, path, std::strerror(errno)));
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return Errno("open", dir);
+  const int synced = ::fsync(fd);
+  ::close(fd);
+  return synced == 0 ? absl::OkStatus() : Errno("fsync", dir);
+}
+
+// A file written under a temporary name and renamed into place once complete and on disk: a
+// reader sees the whole file or none.
+class DurableFile {
+ public:
+  explicit DurableFile(std::string path)
+      : path_(std::move(path)),
+        temporary_(
+            (fs::path(path_).parent_path() / ("." + fs::path(path_).filename().string() + ".tmp"))
+                .string()) {}
+  ~DurableFile() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      ::unlink(temporary_.c_str());
+    }
+  }
+
+  absl::Status Open() {
+    fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return fd_ >= 0 ? absl::OkStatus() : Errno("create", temporary_);
+  }
+  absl::Status Append(const void* data, size_t bytes) {
+    crc_ = Crc32c(data, bytes, crc_);
+    size_ += bytes;
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t written = ::write(fd_, p, bytes);
+      if (written < 0 && errno == EINTR) continue;
+      if (written < 0) return Errno("write", temporary_);
+      p += written;
+      bytes -= static_cast<size_t>(written);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Commit() {
+    if (::fsync(fd_) != 0) return Errno("fsync", temporary_);
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0) return Errno("rename", temporary_);
+    return SyncDirectory(fs::path(path_).parent_path().string());
+  }
+  uint32_t crc() const { return crc_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const std::string path_, temporary_;
+  int fd_ = -1;
+  uint32_t crc_ = 0;
+  uint64_t size_ = 0;
+};
+
+absl::Status WriteSmallFile(const std::string& path, const std::string& text) {
+  DurableFile file(path);
+  HETPS_RETURN_IF_ERROR(file.Open());
+  HETPS_RETURN_IF_ERROR(file.Append(text.data(), text.size()));
+  return file.Commit();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrFormat("%s: missing or unreadable", path));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+std::string SumName(uint32_t shard_index, uint32_t num_shards) {
+  return absl::StrFormat("shard-%d-of-%d.sum", shard_index, num_shards);
+}
+
+// The newest step-<S> directory under `dir` that has a MANIFEST; empty if none.
+std::string NewestCommitted(const std::string& dir) {
+  uint64_t newest = 0;
+  std::string found;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    uint64_t step = 0;
+    if (name.rfind(kStepPrefix, 0) != 0 ||
+        !absl::SimpleAtoi(name.substr(sizeof(kStepPrefix) - 1), &step)) {
+      continue;
+    }
+    if ((found.empty() || step > newest) && fs::exists(entry.path() / kManifest)) {
+      newest = step;
+      found = entry.path().string();
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string CheckpointStepDir(const std::string& dir, uint64_t step) {
+  return (fs::path(dir) / absl::StrFormat("%s%012d", kStepPrefix, step)).string();
+}
+
+std::string CheckpointPartName(uint32_t shard_index, uint32_t num_shards) {
+  return absl::StrFormat("shard-%d-of-%d.part", shard_index, num_shards);
+}
+
+CheckpointWriter::CheckpointWriter(std::string dir, CheckpointIdentity identity, Catalog catalog,
+                                   std::function<size_t()> expected_copies)
+    : dir_(std::move(dir)),
+      identity_(std::move(identity)),
+      catalog_(std::move(catalog)),
+      expected_copies_(std::move(expected_copies)),
+      writer_(std::make_unique<TaskThread>("checkpoint")) {}
+
+CheckpointWriter::~CheckpointWriter() { writer_->Stop(); }
+
+uint64_t CheckpointWriter::last_committed() const {
+  absl::MutexLock lock(&mu_);
+  return last_committed_;
+}
+
+void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
+  const uint64_t step = copy.version;
+  auto ready = std::make_shared<Copies>();
+  {
+    absl::MutexLock lock(&mu_);
+    Copies& copies = gathering_[step];
+    copies.emplace_back(tensor_key, std::move(copy));
+    if (copies.size() < expected_copies_()) return;
+    *ready = std::move(copies);
+    gathering_.erase(step);
+  }
+  writer_->Post([this, step, ready] { Write(step, std::move(*ready)); });
+}
+
+void CheckpointWriter::Write(uint64_t step, Copies copies) {
+  const absl::Time start = absl::Now();
+  absl::Status status = WritePart(step, copies);
+  if (status.ok()) status = CommitIfComplete(step);
+  if (!status.ok()) {
+    LogError("shard %d: checkpoint of step %d failed: %s", identity_.shard_index, step,
+             status.ToString());
+    return;
+  }
+  LogInfo("shard %d: its part of the checkpoint of step %d is durable (%.2f s)",
+          identity_.shard_index, step, absl::ToDoubleSeconds(absl::Now() - start));
+}
+
+absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
+  std::sort(copies.begin(), copies.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first, a.second.index) < std::make_pair(b.first, b.second.index);
+  });
+  const std::map<uint64_t, hetps::v1::TensorImage> catalog = catalog_();
+  hetps::v1::CheckpointPart part;
+  part.set_job_id(identity_.job_id);
+  part.set_step(step);
+  part.set_shard_index(identity_.shard_index);
+  part.set_num_shards(identity_.num_shards);
+  part.set_num_workers(identity_.num_workers);
+  uint64_t offset = 0;
+  hetps::v1::TensorImage* tensor = nullptr;
+  for (const auto& [key, copy] : copies) {
+    if (tensor == nullptr || tensor->decl().key() != key) {
+      auto it = catalog.find(key);
+      if (it == catalog.end()) {
+        return absl::InternalError(absl::StrFormat("tensor %016x is not in the table", key));
+      }
+      tensor = part.add_tensors();
+      *tensor = it->second;
+    }
+    hetps::v1::PartitionImage* image = tensor->add_partitions();
+    image->set_index(copy.index);
+    image->set_version(copy.version);
+    image->set_state_slots(copy.state_slots);
+    image->set_data_offset(offset);
+    image->set_data_bytes(copy.values.size() * sizeof(float));
+    for (const hetps::v1::WorkerRunImage& run : copy.runs) *image->add_runs() = run;
+    offset += image->data_bytes();
+  }
+  const std::string step_dir = CheckpointStepDir(dir_, step);
+  std::error_code error;
+  fs::create_directories(step_dir, error);
+  if (error) return absl::InternalError(absl::StrFormat("mkdir %s: %s", step_dir, error.message()));
+
+  const std::string name = CheckpointPartName(identity_.shard_index, identity_.num_shards);
+  DurableFile file((fs::path(step_dir) / name).string());
+  HETPS_RETURN_IF_ERROR(file.Open());
+  const std::string header = part.SerializeAsString();
+  const uint64_t header_bytes = header.size();
+  HETPS_RETURN_IF_ERROR(file.Append(kMagic, sizeof(kMagic)));
+  HETPS_RETURN_IF_ERROR(file.Append(&header_bytes, sizeof(header_bytes)));
+  HETPS_RETURN_IF_ERROR(file.Append(header.data(), header.size()));
+  const std::string padding((kDataAlignment - file.size() % kDataAlignment) % kDataAlignment, '\0');
+  HETPS_RETURN_IF_ERROR(file.Append(padding.data(), padding.size()));
+  for (auto& [key, copy] : copies) {
+    HETPS_RETURN_IF_ERROR(file.Append(copy.values.data(), copy.values.size() * sizeof(float)));
+    copy.values = std::vector<float>();  // give the memory back as soon as it is written
+  }
+  HETPS_RETURN_IF_ERROR(file.Commit());
+  return WriteSmallFile(
+      (fs::path(step_dir) / SumName(identity_.shard_index, identity_.num_shards)).string(),
+      absl::StrFormat("%d %d\n", file.size(), file.crc()));
+}
+
+absl::Status CheckpointWriter::CommitIfComplete(uint64_t step) {
+  const std::string step_dir = CheckpointStepDir(dir_, step);
+  hetps::v1::CheckpointManifest manifest;
+  manifest.set_job_id(identity_.job_id);
+  manifest.set_step(step);
+  manifest.set_num_shards(identity_.num_shards);
+  manifest.set_num_workers(identity_.num_workers);
+  for (uint32_t shard = 0; shard < identity_.num_shards; ++shard) {
+    // A part is durable once its .sum is: a shard writes its .sum after its part.
+    absl::StatusOr<std::string> sum =
+        ReadWholeFile((fs::path(step_dir) / SumName(shard, identity_.num_shards)).string());
+    if (!sum.ok()) return absl::OkStatus();  // another shard will commit
+    std::vector<std::string> fields = absl::StrSplit(*sum, ' ', absl::SkipWhitespace());
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &bytes) ||
+        !absl::SimpleAtoi(fields[1], &crc)) {
+      return absl::DataLossError(
+          absl::StrFormat("%s/%s is malformed", step_dir, SumName(shard, identity_.num_shards)));
+    }
+    hetps::v1::CheckpointFile* file = manifest.add_files();
+    file->set_name(CheckpointPartName(shard, identity_.num_shards));
+    file->set_bytes(bytes);
+    file->set_crc32c(crc);
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(manifest, &text);
+  HETPS_RETURN_IF_ERROR(WriteSmallFile((fs::path(step_dir) / kManifest).string(), text));
+  LogInfo("checkpoint of step %d committed: %s", step, step_dir);
+  absl::MutexLock lock(&mu_);
+  last_committed_ = std::max(last_committed_, step);
+  return absl::OkStatus();
+}
+
+absl::Span<const float> CheckpointPartData::Values(const hetps::v1::PartitionImage& image) const {
+  return absl::Span<const float>(
+      reinterpret_cast<const float*>(file.data() + data_start + image.data_offset()),
+      image.data_bytes() / sizeof(float));
+}
+
+absl::StatusOr<CheckpointPartData> LoadCheckpointPart(const std::string& dir,
+                                                      const CheckpointIdentity& identity) {
+  if (!fs::is_directory(dir)) {
+    return absl::NotFoundError(absl::StrFormat("%s: no such checkpoint directory", dir));
+  }
+  std::string step_dir = dir;
+  if (!fs::exists(fs::path(dir) / kManifest)) {
+    if (fs::path(dir).filename().string().rfind(kStepPrefix, 0) == 0) {
+      return absl::NotFoundError(absl::StrFormat(
+          "%s/%s: missing: this checkpoint was never committed (not every shard's part was "
+          "written)",
+          dir, kManifest));
+    }
+    step_dir = NewestCommitted(dir);
+    if (step_dir.empty()) {
+      return absl::NotFoundError(
+          absl::StrFormat("%s: no committed checkpoint in it (no step-<S>/%s)", dir, kManifest));
+    }
+  }
+  const std::string manifest_path = (fs::path(step_dir) / kManifest).string();
+  HETPS_ASSIGN_OR_RETURN(const std::string manifest_text, ReadWholeFile(manifest_path));
+  hetps::v1::CheckpointManifest manifest;
+  if (!google::protobuf::TextFormat::ParseFromString(manifest_text, &manifest)) {
+    return absl::DataLossError(absl::StrFormat("%s: malformed manifest", manifest_path));
+  }
+  if (manifest.job_id() != identity.job_id) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: a checkpoint of job '%s'; this shard is of job '%s' (--job_id)",
+                        manifest_path, manifest.job_id(), identity.job_id));
+  }
+  if (manifest.num_shards() != identity.num_shards) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: a checkpoint of %d shards; this shard is one of %d (--num_shards)",
+                        manifest_path, manifest.num_shards(), identity.num_shards));
+  }
+  if (manifest.num_workers() != identity.num_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: a checkpoint of a job of %d workers; this one has %d (--num_workers)",
+                        manifest_path, manifest.num_workers(), identity.num_workers));
+  }
+  if (manifest.files_size() != static_cast<int>(identity.num_shards)) {
+    return absl::DataLossError(absl::StrFormat("%s: lists %d parts for %d shards", manifest_path,
+                                               manifest.files_size(), identity.num_shards));
+  }
+  const hetps::v1::CheckpointFile& listed = manifest.files(static_cast<int>(identity.shard_index));
+  CheckpointPartData part;
+  part.path = (fs::path(step_dir) / listed.name()).string();
+  absl::StatusOr<std::string> file = ReadWholeFile(part.path);
+  if (!file.ok()) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: missing or unreadable (%s lists it)", part.path, manifest_path));
+  }
+  part.file = *std::move(file);
+  if (part.file.size() != listed.bytes()) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: %d bytes, the manifest says %d (truncated or overwritten)", part.path,
+                        part.file.size(), listed.bytes()));
+  }
+  const uint32_t crc = Crc32c(part.file.data(), part.file.size());
+  if (crc != listed.crc32c()) {
+    return absl::DataLossError(
+        absl::StrFormat("%s: CRC-32C %08x, the manifest says %08x (the file is corrupt)", part.path,
+                        crc, listed.crc32c()));
+  }
+  uint64_t header_bytes = 0;
+  if (part.file.size() < sizeof(kMagic) + sizeof(header_bytes) ||
+      std::memcmp(part.file.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(absl::StrFormat("%s: not a hetps checkpoint part", part.path));
+  }
+  std::memcpy(&header_bytes, part.file.data() + sizeof(kMagic), sizeof(header_bytes));
+  const size_t header_start = sizeof(kMagic) + sizeof(header_bytes);
+  if (header_bytes > part.file.size() - header_start ||
+      !part.header.ParseFromArray(part.file.data() + header_start,
+                                  static_cast<int>(header_bytes))) {
+    return absl::DataLossError(absl::StrFormat("%s: malformed part header", part.path));
+  }
+  if (part.header.job_id() != manifest.job_id() || part.header.step() != manifest.step() ||
+      part.header.shard_index() != identity.shard_index ||
+      part.header.num_shards() != manifest.num_shards()) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s: the part is of job '%s', step %d, shard %d of %d; the manifest is of job '%s', "
+        "step %d",
+        part.path, part.header.job_id(), part.header.step(), part.header.shard_index(),
+        part.header.num_shards(), manifest.job_id(), manifest.step()));
+  }
+  part.data_start =
+      (header_start + header_bytes + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+  for (const hetps::v1::TensorImage& tensor : part.header.tensors()) {
+    for (const hetps::v1::PartitionImage& image : tensor.partitions()) {
+      if (image.data_bytes() % sizeof(float) != 0 ||
+          part.data_start + image.data_offset() + image.data_bytes() > part.file.size()) {
+        return absl::DataLossError(
+            absl::StrFormat("%s: partition %d of tensor '%s' lies outside the file", part.path,
+                            image.index(), tensor.decl().name()));
+      }
+    }
+  }
+  return part;
+}
+
+}  // namespace hetps::server

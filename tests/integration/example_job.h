@@ -1,0 +1,124 @@
+// What the multi-process tests share: the example training job (worker/examples/
+// linear_regression) run as worker processes against ps-server processes on 127.0.0.1, once
+// per transport: gRPC, UCX (shared memory between the local processes) and UCX forced onto TCP
+// with UCX_TLS, as UCX's own tests do.
+#ifndef HETPS_TESTS_INTEGRATION_EXAMPLE_JOB_H_
+#define HETPS_TESTS_INTEGRATION_EXAMPLE_JOB_H_
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_cluster.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/transports.h"
+#include "worker/client.h"
+
+namespace hetps::integration {
+
+using testing::BinaryPath;
+using testing::LocalCluster;
+using testing::ReadFile;
+using testing::Subprocess;
+
+constexpr int kDim = 1000;
+constexpr int kSamples = 2000;
+constexpr double kLearningRate = 0.2;
+
+inline std::vector<std::string> WorkerArgs(const LocalCluster& cluster, int rank, int world_size,
+                                           int steps, const std::string& sync,
+                                           const std::string& output = "") {
+  std::vector<std::string> args = {BinaryPath("worker/examples/linear_regression"),
+                                   "--servers=" + cluster.servers_flag(),
+                                   absl::StrCat("--rank=", rank),
+                                   absl::StrCat("--world_size=", world_size),
+                                   absl::StrCat("--steps=", steps),
+                                   "--sync=" + sync,
+                                   absl::StrCat("--lr=", kLearningRate),
+                                   absl::StrCat("--dim=", kDim),
+                                   absl::StrCat("--samples=", kSamples),
+                                   "--partition_bytes=1024"};
+  if (!output.empty()) args.push_back("--output=" + output);
+  return args;
+}
+
+inline std::vector<float> ReadFloats(const std::string& path) {
+  const std::string bytes = ReadFile(path);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+inline float FinalLoss(const std::string& log) {
+  const size_t at = log.find("final loss ");
+  if (at == std::string::npos) return INFINITY;
+  return std::stof(log.substr(at + 11));
+}
+
+inline std::string WorkerLog(const LocalCluster& cluster, int rank) {
+  return ReadFile(absl::StrCat(cluster.dir(), "/worker", rank, ".log"));
+}
+
+// The transport under test: "grpc", "ucx" or "ucx-tcp".
+class ExampleJobTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // "grpc" or "ucx", as ps-server's and the example's --transport take it.
+  std::string TransportFlag() const {
+    return absl::StrCat("--transport=", GetParam() == "grpc" ? "grpc" : "ucx");
+  }
+  // The processes' environment: UCX limited to TCP for "ucx-tcp"; logs that name the lanes.
+  std::vector<std::string> Environment() const {
+    if (GetParam() == "ucx-tcp") return {"UCX_TLS=tcp", "HETPS_LOG_LEVEL=info"};
+    return {"HETPS_LOG_LEVEL=info"};
+  }
+
+  absl::Status StartCluster(int num_shards, int num_workers,
+                            const std::vector<std::string>& extra_flags = {}) {
+    return StartClusterOf(cluster_, num_shards, num_workers, extra_flags);
+  }
+  absl::Status StartClusterOf(LocalCluster& cluster, int num_shards, int num_workers,
+                              const std::vector<std::string>& extra_flags = {}) {
+    std::vector<std::string> flags = {TransportFlag()};
+    flags.insert(flags.end(), extra_flags.begin(), extra_flags.end());
+    return cluster.Start(num_shards, num_workers, flags, Environment());
+  }
+
+  // Starts `world_size` example workers against `cluster` (default: cluster_); worker r logs
+  // to <dir>/worker<r>.log and writes its final model to <dir>/model<r>.
+  std::vector<std::unique_ptr<Subprocess>> StartWorkers(int world_size, int steps,
+                                                        const std::string& sync,
+                                                        const std::vector<std::string>& extra = {},
+                                                        const LocalCluster* cluster = nullptr) {
+    if (cluster == nullptr) cluster = &cluster_;
+    std::vector<std::unique_ptr<Subprocess>> workers;
+    for (int r = 0; r < world_size; ++r) {
+      std::vector<std::string> args = WorkerArgs(*cluster, r, world_size, steps, sync,
+                                                 absl::StrCat(cluster->dir(), "/model", r));
+      args.push_back(TransportFlag());
+      args.insert(args.end(), extra.begin(), extra.end());
+      workers.push_back(std::make_unique<Subprocess>(
+          args, absl::StrCat(cluster->dir(), "/worker", r, ".log"), Environment()));
+    }
+    return workers;
+  }
+
+  // Options for a client in this process, over the transport under test.
+  ClientOptions InProcessClientOptions(uint32_t rank = 0, uint32_t world_size = 1) const {
+    ClientOptions options;
+    options.servers = cluster_.addresses();
+    options.rank = rank;
+    options.world_size = world_size;
+    options.transport_instance = testing::NewTestTransport(GetParam());
+    return options;
+  }
+
+  LocalCluster cluster_;
+};
+
+}  // namespace hetps::integration
+
+#endif  // HETPS_TESTS_INTEGRATION_EXAMPLE_JOB_H_
