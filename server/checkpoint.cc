@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "common/crc32c.h"
 #include "common/log.h"
+#include "common/partitioning.h"
+#include "common/random_id.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 
@@ -47,8 +49,10 @@ class DurableFile {
  public:
   explicit DurableFile(std::string path)
       : path_(std::move(path)),
+        // Unique: several shards may write the same file (the MANIFEST) at once.
         temporary_(
-            (fs::path(path_).parent_path() / ("." + fs::path(path_).filename().string() + ".tmp"))
+            (fs::path(path_).parent_path() /
+             absl::StrFormat(".%s.%016x.tmp", fs::path(path_).filename().string(), NewRandomId()))
                 .string()) {}
   ~DurableFile() {
     if (fd_ >= 0) {
@@ -150,9 +154,9 @@ CheckpointWriter::CheckpointWriter(std::string dir, CheckpointIdentity identity,
 
 CheckpointWriter::~CheckpointWriter() { writer_->Stop(); }
 
-uint64_t CheckpointWriter::last_committed() const {
+uint64_t CheckpointWriter::last_durable() const {
   absl::MutexLock lock(&mu_);
-  return last_committed_;
+  return last_durable_;
 }
 
 void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
@@ -160,26 +164,75 @@ void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
   auto ready = std::make_shared<Copies>();
   {
     absl::MutexLock lock(&mu_);
-    Copies& copies = gathering_[step];
-    copies.emplace_back(tensor_key, std::move(copy));
-    if (copies.size() < expected_copies_()) return;
-    *ready = std::move(copies);
-    gathering_.erase(step);
+    Step& gathering = steps_[step];
+    if (gathering.handed_off) return;
+    const uint32_t index = copy.index;
+    gathering.copies.insert_or_assign({tensor_key, index}, std::move(copy));
+    if (gathering.copies.size() < expected_copies_()) return;
+    gathering.handed_off = true;
+    for (auto& [id, gathered] : gathering.copies)
+      ready->emplace_back(id.first, std::move(gathered));
+    gathering.copies.clear();
   }
   writer_->Post([this, step, ready] { Write(step, std::move(*ready)); });
+}
+
+void CheckpointWriter::WhenDurable(uint64_t step, std::function<void(absl::Status)> done) {
+  absl::Status result;
+  {
+    absl::MutexLock lock(&mu_);
+    Step& state = steps_[step];
+    if (!state.done) {
+      state.waiters.push_back(std::move(done));
+      return;
+    }
+    result = state.result;
+  }
+  done(result);
+}
+
+absl::Status CheckpointWriter::WriteNow(uint64_t step, Copies copies) {
+  {
+    absl::MutexLock lock(&mu_);
+    Step& state = steps_[step];
+    if (state.handed_off) return absl::OkStatus();
+    state.handed_off = true;
+    state.copies.clear();
+  }
+  Write(step, std::move(copies));
+  absl::MutexLock lock(&mu_);
+  return steps_[step].result;
 }
 
 void CheckpointWriter::Write(uint64_t step, Copies copies) {
   const absl::Time start = absl::Now();
   absl::Status status = WritePart(step, copies);
   if (status.ok()) status = CommitIfComplete(step);
-  if (!status.ok()) {
+  if (status.ok()) {
+    LogInfo("shard %d: its part of the checkpoint of step %d is durable (%.2f s)",
+            identity_.shard_index, step, absl::ToDoubleSeconds(absl::Now() - start));
+  } else {
     LogError("shard %d: checkpoint of step %d failed: %s", identity_.shard_index, step,
              status.ToString());
-    return;
   }
-  LogInfo("shard %d: its part of the checkpoint of step %d is durable (%.2f s)",
-          identity_.shard_index, step, absl::ToDoubleSeconds(absl::Now() - start));
+  std::vector<std::function<void(absl::Status)>> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    Step& state = steps_[step];
+    if (status.ok()) last_durable_ = std::max(last_durable_, step);
+    state.done = true;
+    state.result = status;
+    waiters = std::move(state.waiters);
+    // Every partition has passed `step`: a step before it still gathering never completes
+    // (a checkpoint asked for that some partition refused); keep a few finished ones.
+    size_t kept = 0;
+    for (auto it = steps_.upper_bound(step); it != steps_.begin();) {
+      --it;
+      const bool drop = !it->second.handed_off || (it->second.done && ++kept > 8);
+      if (drop && it->second.waiters.empty()) it = steps_.erase(it);
+    }
+  }
+  for (auto& waiter : waiters) waiter(status);
 }
 
 absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
@@ -245,7 +298,19 @@ absl::Status CheckpointWriter::CommitIfComplete(uint64_t step) {
   manifest.set_step(step);
   manifest.set_num_shards(identity_.num_shards);
   manifest.set_num_workers(identity_.num_workers);
+  // Every shard declares every tensor, so every shard can tell which shards hold partitions.
+  std::vector<bool> holds(identity_.num_shards, false);
+  for (const auto& [key, tensor] : catalog_()) {
+    absl::StatusOr<PartitionLayout> layout =
+        PartitionLayout::Create(tensor.decl().num_elements(), tensor.decl().partition_elements());
+    if (!layout.ok()) return layout.status();
+    for (uint32_t shard = 0; shard < identity_.num_shards; ++shard) {
+      holds[shard] =
+          holds[shard] || ShareOfShard(*layout, key, identity_.num_shards, shard).partitions > 0;
+    }
+  }
   for (uint32_t shard = 0; shard < identity_.num_shards; ++shard) {
+    if (!holds[shard]) continue;
     // A part is durable once its .sum is: a shard writes its .sum after its part.
     absl::StatusOr<std::string> sum =
         ReadWholeFile((fs::path(step_dir) / SumName(shard, identity_.num_shards)).string());
@@ -260,6 +325,7 @@ absl::Status CheckpointWriter::CommitIfComplete(uint64_t step) {
     }
     hetps::v1::CheckpointFile* file = manifest.add_files();
     file->set_name(CheckpointPartName(shard, identity_.num_shards));
+    file->set_shard_index(shard);
     file->set_bytes(bytes);
     file->set_crc32c(crc);
   }
@@ -267,8 +333,6 @@ absl::Status CheckpointWriter::CommitIfComplete(uint64_t step) {
   google::protobuf::TextFormat::PrintToString(manifest, &text);
   HETPS_RETURN_IF_ERROR(WriteSmallFile((fs::path(step_dir) / kManifest).string(), text));
   LogInfo("checkpoint of step %d committed: %s", step, step_dir);
-  absl::MutexLock lock(&mu_);
-  last_committed_ = std::max(last_committed_, step);
   return absl::OkStatus();
 }
 
@@ -318,12 +382,25 @@ absl::StatusOr<CheckpointPartData> LoadCheckpointPart(const std::string& dir,
         absl::StrFormat("%s: a checkpoint of a job of %d workers; this one has %d (--num_workers)",
                         manifest_path, manifest.num_workers(), identity.num_workers));
   }
-  if (manifest.files_size() != static_cast<int>(identity.num_shards)) {
-    return absl::DataLossError(absl::StrFormat("%s: lists %d parts for %d shards", manifest_path,
-                                               manifest.files_size(), identity.num_shards));
+  const hetps::v1::CheckpointFile* found = nullptr;
+  for (const hetps::v1::CheckpointFile& file : manifest.files()) {
+    if (file.shard_index() == identity.shard_index) found = &file;
   }
-  const hetps::v1::CheckpointFile& listed = manifest.files(static_cast<int>(identity.shard_index));
   CheckpointPartData part;
+  if (found == nullptr) {  // this shard held no BSP partition: it restores the step alone
+    part.path = manifest_path;
+    part.header.set_job_id(manifest.job_id());
+    part.header.set_step(manifest.step());
+    part.header.set_shard_index(identity.shard_index);
+    part.header.set_num_shards(manifest.num_shards());
+    part.header.set_num_workers(manifest.num_workers());
+    return part;
+  }
+  const hetps::v1::CheckpointFile& listed = *found;
+  if (listed.name() != CheckpointPartName(identity.shard_index, identity.num_shards)) {
+    return absl::DataLossError(absl::StrFormat("%s: names '%s' as the part of shard %d",
+                                               manifest_path, listed.name(), identity.shard_index));
+  }
   part.path = (fs::path(step_dir) / listed.name()).string();
   absl::StatusOr<std::string> file = ReadWholeFile(part.path);
   if (!file.ok()) {

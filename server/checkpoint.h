@@ -11,8 +11,11 @@
 //   DIR/step-<S>/MANIFEST                   job, step, shard count, every part's size and CRC
 //
 // each through a temporary file, fsync and rename. DIR is shared by the job's shards (one
-// machine, or a shared file system): the shard that finds every part's .sum present writes the
-// MANIFEST, so a checkpoint exists only once every shard's part is durable. A shard started
+// machine, or a shared file system): the shard that finds the .sum of every shard holding BSP
+// partitions (every shard knows every tensor's layout) writes the MANIFEST, so a checkpoint
+// exists only once every part is durable. Checkpoints are also taken on demand
+// (Client::Checkpoint: CheckpointAt on every partition, then WhenDurable) and on SIGTERM
+// (Shard::CheckpointNow: the current state, if every partition is at one step). A shard started
 // with --restore DIR loads its part of the newest committed checkpoint (or of DIR itself when
 // it is a step-<S> directory) after checking the manifest, the job, the shard count and the
 // part's size and checksum; every refusal names the file.
@@ -55,15 +58,30 @@ class CheckpointWriter {
                    std::function<size_t()> expected_copies);
   ~CheckpointWriter();  // finishes the parts being written
 
-  // A partition's copy (any thread). REQUIRES: copies of one tensor partition come in version
-  // order.
-  void Offer(uint64_t tensor_key, PartitionCopy copy);
+  using Copies = std::vector<std::pair<uint64_t, PartitionCopy>>;  // (tensor key, copy)
 
-  // The newest step whose MANIFEST this shard has seen written (0: none yet).
-  uint64_t last_committed() const;
+  // A partition's copy (any thread). REQUIRES: copies of one tensor partition come in version
+  // order. A copy of a step that is written or being written already is dropped.
+  void Offer(uint64_t tensor_key, PartitionCopy copy);
+  // Calls `done` (on the writer's thread, or at once) with the outcome of writing this shard's
+  // part of `step`.
+  void WhenDurable(uint64_t step, std::function<void(absl::Status)> done);
+  // Writes `copies` as this shard's part of `step` on the calling thread, unless that step is
+  // written or being written already (then OK at once).
+  absl::Status WriteNow(uint64_t step, Copies copies);
+
+  // The newest step of which this shard's part is durable (0: none yet).
+  uint64_t last_durable() const;
 
  private:
-  using Copies = std::vector<std::pair<uint64_t, PartitionCopy>>;  // (tensor key, copy)
+  struct Step {
+    // Gathering, by (tensor key, partition): a copy offered twice counts once.
+    std::map<std::pair<uint64_t, uint32_t>, PartitionCopy> copies;
+    bool handed_off = false;  // to Write: later copies are dropped
+    bool done = false;
+    absl::Status result;
+    std::vector<std::function<void(absl::Status)>> waiters;
+  };
   void Write(uint64_t step, Copies copies);
   absl::Status WritePart(uint64_t step, Copies& copies);
   absl::Status CommitIfComplete(uint64_t step);
@@ -74,8 +92,8 @@ class CheckpointWriter {
   const std::function<size_t()> expected_copies_;
 
   mutable absl::Mutex mu_;
-  std::map<uint64_t, Copies> gathering_ ABSL_GUARDED_BY(mu_);  // by step
-  uint64_t last_committed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Step> steps_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_durable_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<TaskThread> writer_;  // last: stopped first
 };
 

@@ -273,8 +273,38 @@ WeightsSnapshot Partition::Snapshot(FloatFormat format) {
 }
 
 void Partition::CheckpointIfDue() {
-  if (config_.checkpoint_every == 0 || version() % config_.checkpoint_every != 0) return;
-  config_.checkpoint(Capture());
+  if (!config_.checkpoint) return;
+  const uint64_t now = version();
+  const bool asked = std::erase(checkpoint_at_, now) > 0;
+  if (asked || (config_.checkpoint_every > 0 && now % config_.checkpoint_every == 0)) {
+    captured_ = now;
+    config_.checkpoint(Capture());
+  }
+}
+
+absl::Status Partition::CheckpointAt(uint64_t version) {
+  if (!config_.checkpoint) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("partition %d is not checkpointed (an ASP tensor, or no "
+                        "--checkpoint_dir)",
+                        config_.index));
+  }
+  const uint64_t now = this->version();
+  if (now > version) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d is at version %d, past step %d: checkpoint a step not yet applied",
+        config_.index, now, version));
+  }
+  if (now == version) {
+    if (captured_ != now) {
+      captured_ = now;
+      config_.checkpoint(Capture());
+    }
+  } else if (std::find(checkpoint_at_.begin(), checkpoint_at_.end(), version) ==
+             checkpoint_at_.end()) {
+    checkpoint_at_.push_back(version);
+  }
+  return absl::OkStatus();
 }
 
 PartitionCopy Partition::Capture() const {

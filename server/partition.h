@@ -68,9 +68,10 @@ class Partition {
     // Large partitions spread their updates over this pool (null: the owner does all).
     ThreadPool* kernel_pool = nullptr;
     // BSP: every `checkpoint_every` steps (0: never), right after the update that makes the
-    // version a multiple of it, a copy of the partition (Capture()) goes to `checkpoint`, on
-    // the owner thread. Every partition passes every version, so the copies of one version
-    // form a consistent cut of the job without stopping it.
+    // version a multiple of it, and at the versions CheckpointAt asks for, a copy of the
+    // partition (Capture()) goes to `checkpoint` (null: no checkpoints), on the owner thread.
+    // Every partition passes every version, so the copies of one version form a consistent
+    // cut of the job without stopping it.
     uint64_t checkpoint_every = 0;
     std::function<void(PartitionCopy)> checkpoint;
   };
@@ -130,6 +131,9 @@ class Partition {
   // What a checkpoint keeps of this partition: a copy of the weights and optimizer state, the
   // version and each worker's run (the exactly-once bookkeeping).
   PartitionCopy Capture() const;
+  // Also hands a copy to Config::checkpoint at `version`: now if the partition is there, when
+  // it gets there if below. FailedPrecondition once past it, or without Config::checkpoint.
+  absl::Status CheckpointAt(uint64_t version);
   // Takes the state of a checkpoint's copy (at start, before any request; any thread then).
   // InvalidArgument if it does not fit this partition.
   absl::Status Restore(const hetps::v1::PartitionImage& image, absl::Span<const float> values);
@@ -204,6 +208,8 @@ class Partition {
   std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;
   WireCopy bf16_, fp16_;
+  std::vector<uint64_t> checkpoint_at_;  // versions CheckpointAt asked for, not reached yet
+  uint64_t captured_ = ~uint64_t{0};     // the version last handed to Config::checkpoint
 };
 
 }  // namespace hetps::server

@@ -79,7 +79,8 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "and a MANIFEST); a directory every shard of the job can write (one machine, or a "
           "shared file system)");
 ABSL_FLAG(uint64_t, checkpoint_every, 0,
-          "Checkpoint every this many BSP steps, without stopping training (0: never)");
+          "Checkpoint every this many BSP steps, without stopping training (0: only when a "
+          "worker asks, Client::Checkpoint, and on SIGTERM)");
 ABSL_FLAG(std::string, restore, "",
           "Start from a checkpoint: a --checkpoint_dir (its newest committed step) or one "
           "step-<S> directory; the workers learn the step to go on from");
@@ -249,6 +250,15 @@ int main(int argc, char** argv) {
     }
     if (signal == SIGINT || signal == SIGTERM) {
       hetps::LogInfo("ps-server: signal %d, shutting down", signal);
+      if (signal == SIGTERM && !options.checkpoint_dir.empty()) {
+        // A service manager stopping the job: keep what was trained, if it is between steps.
+        const absl::Status saved = (*server)->CheckpointNow(absl::Seconds(60));
+        if (saved.ok()) {
+          hetps::LogInfo("ps-server: checkpoint on SIGTERM written");
+        } else {
+          hetps::LogWarning("ps-server: no checkpoint on SIGTERM: %s", saved.ToString());
+        }
+      }
       break;
     }
     if (absl::Now() >= end) {

@@ -116,6 +116,10 @@ uint64_t ShardServer::resume_step() const { return shard_->resume_step(); }
 
 uint64_t ShardServer::last_checkpoint() const { return shard_->last_checkpoint(); }
 
+absl::Status ShardServer::CheckpointNow(absl::Duration timeout) {
+  return shard_->CheckpointNow(absl::Now() + timeout);
+}
+
 uint64_t ShardServer::StateDigest() { return shard_->StateDigest(); }
 
 void ShardServer::Shutdown() {

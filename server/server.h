@@ -106,10 +106,13 @@ class ShardServer {
   // The address workers connect to (with the chosen port).
   std::string address() const;
   hetps::v1::StatsResponse Stats() const;
-  // The step of the restored checkpoint (0: started empty), and the newest checkpoint this
-  // shard committed (0: none).
+  // The step of the restored checkpoint (0: started empty), and the newest checkpoint step of
+  // which this shard's part is durable (0: none).
   uint64_t resume_step() const;
   uint64_t last_checkpoint() const;
+  // Writes this shard's part of a checkpoint of the current state (what ps-server does on
+  // SIGTERM), if it is between two steps: see Shard::CheckpointNow.
+  absl::Status CheckpointNow(absl::Duration timeout);
   // Shard::StateDigest: a hash of everything the shard holds (tests).
   uint64_t StateDigest();
 

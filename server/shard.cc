@@ -61,7 +61,7 @@ Shard::Shard(const ShardOptions& options)
       timers_(std::make_unique<TimerQueue>()),
       barrier_(options.num_workers, timers_.get()),
       runs_(new std::atomic<uint64_t>[options.num_workers]()) {
-  if (options_.checkpoint_every > 0 && !options_.checkpoint_dir.empty()) {
+  if (!options_.checkpoint_dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointWriter>(
         options_.checkpoint_dir,
         CheckpointIdentity{options_.job_id, options_.shard_index, options_.num_shards,
@@ -138,6 +138,9 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
       return;
     case hetps::v1::METHOD_WRITE_STATE:
       WriteState(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_CHECKPOINT:
+      Checkpoint(std::move(request), std::move(reply));
       return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
@@ -676,6 +679,9 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_pushes_refused(metrics_->pushes_refused.load());
   stats.set_requests_waiting(
       static_cast<uint64_t>(std::max<int64_t>(0, metrics_->requests_waiting.load())));
+  stats.set_checkpoints_waiting(
+      static_cast<uint64_t>(std::max<int64_t>(0, metrics_->checkpoints_waiting.load())));
+  stats.set_last_checkpoint(last_checkpoint());
   return stats;
 }
 

@@ -67,8 +67,12 @@ class Shard final : public transport::RequestHandler {
   absl::Status Restore(const CheckpointPartData& part);
   // The step the restored checkpoint was cut at (0: started empty).
   uint64_t resume_step() const { return resume_step_; }
-  // The newest checkpoint step this shard committed (0: none).
+  // The newest checkpoint step of which this shard's part is durable (0: none).
   uint64_t last_checkpoint() const;
+  // Writes this shard's part of a checkpoint of the current state (SIGTERM), if every BSP
+  // partition is at the same step (between steps) and some step was applied; waits for the
+  // owner threads until `deadline`. FailedPrecondition in the middle of a step.
+  absl::Status CheckpointNow(absl::Time deadline);
 
   // A connection is admitted on its greeting, the worker's HelloRequest: what Hello checks
   // (protocol version, job, world size, rank, shard order) holds for all its requests.
@@ -123,6 +127,9 @@ class Shard final : public transport::RequestHandler {
   // A partition's weights and optimizer state (server/shard_state.cc).
   void ReadState(transport::Request request, transport::ReplyCallback reply);
   void WriteState(transport::Request request, transport::ReplyCallback reply);
+  void Checkpoint(transport::Request request, transport::ReplyCallback reply);
+  // This shard's partitions of BSP tensors (what checkpoints hold), with their tensor keys.
+  std::vector<std::pair<uint64_t, Partition*>> CheckpointedPartitions() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
   // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)

@@ -1,14 +1,22 @@
-// The shard's side of checkpoints (server/checkpoint.h): what a part says of each tensor, and
-// restoring a part at start.
+// The shard's side of checkpoints (server/checkpoint.h): what a part says of each tensor,
+// restoring a part at start, checkpoints on demand (Client::Checkpoint) and on SIGTERM.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
+#include "server/request_util.h"
 #include "server/shard.h"
 
 namespace hetps::server {
 
 uint64_t Shard::last_checkpoint() const {
-  return checkpoints_ == nullptr ? 0 : checkpoints_->last_committed();
+  return checkpoints_ == nullptr ? 0 : checkpoints_->last_durable();
 }
 
 std::map<uint64_t, hetps::v1::TensorImage> Shard::CheckpointCatalog() const {
@@ -74,6 +82,137 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
   }
   resume_step_ = part.header.step();
   return absl::OkStatus();
+}
+
+}  // namespace hetps::server
+
+namespace hetps::server {
+namespace {
+
+// A reply that may be given from several places (a partition's refusal, the writer, a
+// deadline): the first one wins.
+class ReplyOnce {
+ public:
+  // `metrics->checkpoints_waiting` counts it until it replies.
+  ReplyOnce(transport::ReplyCallback reply, std::shared_ptr<ShardMetrics> metrics)
+      : reply_(std::move(reply)), metrics_(std::move(metrics)) {
+    ShardMetrics::Add(metrics_->checkpoints_waiting, 1);
+  }
+  void operator()(absl::StatusOr<transport::Response> result) {
+    if (replied_.exchange(true)) return;
+    ShardMetrics::Add(metrics_->checkpoints_waiting, -1);
+    transport::ReplyCallback reply = std::move(reply_);
+    reply(std::move(result));
+  }
+
+ private:
+  std::atomic<bool> replied_{false};
+  transport::ReplyCallback reply_;
+  const std::shared_ptr<ShardMetrics> metrics_;
+};
+
+}  // namespace
+
+std::vector<std::pair<uint64_t, Partition*>> Shard::CheckpointedPartitions() const {
+  std::vector<std::pair<uint64_t, Partition*>> partitions;
+  table_.ForEach([&](const Tensor& tensor) {
+    if (tensor.decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) return;
+    for (const auto& partition : tensor.partitions) {
+      if (partition != nullptr) partitions.emplace_back(tensor.decl.key(), partition.get());
+    }
+  });
+  return partitions;
+}
+
+void Shard::Checkpoint(transport::Request request, transport::ReplyCallback reply) {
+  absl::StatusOr<hetps::v1::CheckpointRequest> checkpoint =
+      ParseHeader<hetps::v1::CheckpointRequest>(request.header);
+  absl::Status status = checkpoint.status();
+  if (status.ok()) status = CheckRank(checkpoint->worker_rank());
+  if (status.ok()) status = CheckStateRun(checkpoint->shard_incarnation());
+  if (status.ok() && checkpoints_ == nullptr) {
+    status = absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d keeps no checkpoints: start it with --checkpoint_dir", options_.shard_index));
+  }
+  if (status.ok() && checkpoint->step() == 0) {
+    status = absl::InvalidArgumentError("checkpoints are of steps from 1 on");
+  }
+  if (!status.ok()) {
+    reply(status);
+    return;
+  }
+  const std::vector<std::pair<uint64_t, Partition*>> partitions = CheckpointedPartitions();
+  if (partitions.empty()) {  // this shard has no part to write
+    reply(HeaderResponse(hetps::v1::CheckpointResponse()));
+    return;
+  }
+  const uint64_t step = checkpoint->step();
+  auto once = std::make_shared<ReplyOnce>(std::move(reply), metrics_);
+  const absl::Time now = absl::Now();
+  const absl::Time answer_by = std::min(AnswerBy(request.deadline, now), now + options_.max_wait);
+  const TimerQueue::TimerId timer =
+      timers_->Schedule(answer_by, [once, step, shard = options_.shard_index] {
+        (*once)(absl::DeadlineExceededError(absl::StrFormat(
+            "shard %d: the checkpoint of step %d is not durable yet (every partition must reach "
+            "that step: do all workers push it?)",
+            shard, step)));
+      });
+  checkpoints_->WhenDurable(step, [once, timer, timers = timers_.get()](absl::Status durable) {
+    timers->Cancel(timer);
+    if (durable.ok()) {
+      (*once)(HeaderResponse(hetps::v1::CheckpointResponse()));
+    } else {
+      (*once)(durable);
+    }
+  });
+  for (const auto& [key, partition] : partitions) {
+    owners_[partition->owner()]->Post([partition = partition, step, once] {
+      absl::Status asked = partition->CheckpointAt(step);
+      if (!asked.ok()) (*once)(asked);
+    });
+  }
+}
+
+absl::Status Shard::CheckpointNow(absl::Time deadline) {
+  if (checkpoints_ == nullptr) return absl::OkStatus();
+  const std::vector<std::pair<uint64_t, Partition*>> partitions = CheckpointedPartitions();
+  if (partitions.empty()) return absl::OkStatus();
+  struct Gathered {
+    absl::Mutex mu;
+    CheckpointWriter::Copies copies ABSL_GUARDED_BY(mu);
+  };
+  auto gathered = std::make_shared<Gathered>();
+  for (const auto& [key, partition] : partitions) {
+    owners_[partition->owner()]->Post([gathered, key = key, partition = partition] {
+      PartitionCopy copy = partition->Capture();
+      absl::MutexLock lock(&gathered->mu);
+      gathered->copies.emplace_back(key, std::move(copy));
+    });
+  }
+  CheckpointWriter::Copies copies;
+  {
+    absl::MutexLock lock(&gathered->mu);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gathered->mu) {
+      return gathered->copies.size() == partitions.size();
+    };
+    if (!gathered->mu.AwaitWithDeadline(absl::Condition(&all), deadline)) {
+      return absl::DeadlineExceededError("the partitions' owner threads did not answer in time");
+    }
+    copies = std::move(gathered->copies);
+  }
+  uint64_t lowest = ~uint64_t{0}, highest = 0;
+  for (const auto& [key, copy] : copies) {
+    lowest = std::min(lowest, copy.version);
+    highest = std::max(highest, copy.version);
+  }
+  if (lowest != highest) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the partitions are at versions %d to %d, in the middle of a step: no checkpoint of "
+        "the current state (the newest stays step %d)",
+        lowest, highest, last_checkpoint()));
+  }
+  if (highest == 0) return absl::OkStatus();  // nothing trained yet
+  return checkpoints_->WriteNow(highest, std::move(copies));
 }
 
 }  // namespace hetps::server

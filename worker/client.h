@@ -244,6 +244,15 @@ class Client {
   // data loader there. Known once the client is created (the shards say it in their hello).
   virtual uint64_t ResumeStep() const = 0;
 
+  // Checkpoints the BSP tensors at version `step` (the weights after `step` updates) on every
+  // shard, each shard started with --checkpoint_dir, without stopping the job: each partition
+  // copies itself when it reaches that version. Call it with the step the job is about to push
+  // (between steps), or a later one; one worker's call is enough. Returns once every shard's
+  // part is durable and the checkpoint is committed. FailedPrecondition for a step some
+  // partition has passed, or for shards without --checkpoint_dir; DeadlineExceeded (after
+  // call_timeout) if the workers do not reach the step. Blocking.
+  virtual absl::Status Checkpoint(uint64_t step) = 0;
+
   // Figures of every shard, in shard-index order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 

@@ -134,6 +134,7 @@ class ClientImpl final : public Client {
   absl::Status WriteState(TensorId tensor, const TensorState& state) override;
   absl::Status Barrier() override;
   uint64_t ResumeStep() const override { return resume_step_; }
+  absl::Status Checkpoint(uint64_t step) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   void Shutdown() override;
 
@@ -640,6 +641,21 @@ absl::Status ClientImpl::Barrier() {
   absl::MutexLock lock(&mu_);
   barrier_generation_ = std::max(barrier_generation_, request.generation());
   return absl::OkStatus();
+}
+
+absl::Status ClientImpl::Checkpoint(uint64_t step) {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  hetps::v1::CheckpointRequest request;
+  request.set_worker_rank(options_.rank);
+  request.set_step(step);
+  std::vector<std::string> headers;
+  for (const auto& channel : *channel_list) {
+    request.set_shard_incarnation(channel->shard_incarnation());
+    headers.push_back(request.SerializeAsString());
+  }
+  return internal::CallEach(*transport_, *channel_list, hetps::v1::METHOD_CHECKPOINT, headers, {},
+                            absl::Now() + options_.call_timeout)
+      .status();
 }
 
 absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {

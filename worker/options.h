@@ -152,6 +152,8 @@ struct ShardStats {
   uint64_t failed_requests = 0;
   uint64_t pushes_refused = 0;    // push items answered with an error, never applied
   uint64_t requests_waiting = 0;  // now: pulls waiting for the other workers' pushes
+  uint64_t checkpoints_waiting = 0;  // now: Client::Checkpoint calls waiting for their step
+  uint64_t last_checkpoint = 0;      // the newest step of which its checkpoint part is durable
   uint64_t min_version = 0;       // over this shard's partitions
   uint64_t max_version = 0;
 };

@@ -469,6 +469,21 @@ momentum: momentum_buffer; adagrad: sum; rmsprop: square_avg[, grad_avg][, momen
           "Replaces a tensor's weights, optimizer state and version on the shards (restoring a "
           "checkpoint); only while no worker has pushed a step not yet applied.")
       .def(
+          "checkpoint",
+          [](PyClient& self, uint64_t step) {
+            Client& client = self.client();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = client.Checkpoint(step);
+            }
+            RaiseIfError(status);
+          },
+          py::arg("step"),
+          "Checkpoints the BSP tensors at version `step` on every shard (started with "
+          "--checkpoint_dir) without stopping the job; returns once the checkpoint is committed. "
+          "Call it with the step about to be pushed, or a later one.")
+      .def(
           "barrier",
           [](PyClient& self) {
             Client& client = self.client();

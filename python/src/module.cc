@@ -101,6 +101,8 @@ void BindStats(py::module_& m) {
       .def_readonly("failed_requests", &ShardStats::failed_requests)
       .def_readonly("pushes_refused", &ShardStats::pushes_refused)
       .def_readonly("requests_waiting", &ShardStats::requests_waiting)
+      .def_readonly("checkpoints_waiting", &ShardStats::checkpoints_waiting)
+      .def_readonly("last_checkpoint", &ShardStats::last_checkpoint)
       .def_readonly("min_version", &ShardStats::min_version)
       .def_readonly("max_version", &ShardStats::max_version)
       .def("__repr__", [](const ShardStats& s) {

@@ -16,8 +16,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "tests/integration/example_job.h"
+#include "worker/client.h"
 
 namespace hetps {
 namespace {
@@ -172,6 +174,126 @@ TEST_P(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedNamingTheFile) {
   std::tie(code, log) = restore(dir, 1, 2);
   EXPECT_EQ(code, 0) << log;
   EXPECT_TRUE(absl::StrContains(log, "restored step 20")) << log;
+}
+
+TensorSpec SgdSpec(const std::string& name, uint64_t elements) {
+  TensorSpec spec;
+  spec.name = name;
+  spec.num_elements = elements;
+  spec.optimizer = {"sgd", {{"lr", 0.5}}};
+  return spec;
+}
+
+// Runs steps [from, to) of one worker pushing ones: each step subtracts 0.5 from every weight.
+void Steps(Client& client, TensorId id, uint64_t elements, uint64_t from, uint64_t to) {
+  std::vector<float> gradient(elements, 1.0f), weights(elements);
+  for (uint64_t step = from; step < to; ++step) {
+    ASSERT_TRUE(client.PushPull(id, gradient, absl::MakeSpan(weights), step).Wait().ok()) << step;
+  }
+}
+
+// Checkpoints on a worker's demand and on SIGTERM, with no periodic ones; the shard that
+// holds no partition has no part and restores the step alone.
+TEST_P(CheckpointTest, CheckpointsOnDemandAndOnSigtermRestoreTheirStep) {
+  const std::string dir = cluster_.dir() + "/checkpoints";
+  ASSERT_TRUE(StartCluster(3, 1, {"--checkpoint_dir=" + dir}).ok());
+  ClientOptions options = InProcessClientOptions();
+  options.partition_bytes = 4096;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Two partitions of "w" on three shards: one shard holds none.
+  const TensorSpec spec = SgdSpec("w", 2048);
+  uint32_t empty = 0;
+  while (empty == ShardOfPartition(TensorKeyFromName("w"), 0, 3) ||
+         empty == ShardOfPartition(TensorKeyFromName("w"), 1, 3)) {
+    ++empty;
+  }
+  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Steps(**client, *id, spec.num_elements, 0, 5);
+
+  // Between steps: committed when the call returns.
+  absl::Status committed = (*client)->Checkpoint(5);
+  ASSERT_TRUE(committed.ok()) << committed;
+  EXPECT_TRUE(fs::exists(server::CheckpointStepDir(dir, 5) + "/MANIFEST"));
+  EXPECT_FALSE(
+      fs::exists(server::CheckpointStepDir(dir, 5) + "/" + server::CheckpointPartName(empty, 3)));
+  absl::Status late = (*client)->Checkpoint(3);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  // A step ahead: taken when the partitions reach it, while the job goes on.
+  absl::Status ahead;
+  std::thread waiting([&] { ahead = (*client)->Checkpoint(7); });
+  // Once both shards that hold "w" have the request, the job goes on past step 7.
+  auto both_wait = [&] {
+    absl::StatusOr<std::vector<ShardStats>> stats = (*client)->Stats();
+    if (!stats.ok()) return false;
+    int waiting_shards = 0;
+    for (const ShardStats& shard : *stats) waiting_shards += shard.checkpoints_waiting > 0;
+    return waiting_shards == 2;
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!both_wait() && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(both_wait()) << "the checkpoint request did not reach the shards";
+  Steps(**client, *id, spec.num_elements, 5, 9);
+  waiting.join();
+  EXPECT_TRUE(ahead.ok()) << ahead.ToString();
+  EXPECT_TRUE(fs::exists(server::CheckpointStepDir(dir, 7) + "/MANIFEST"));
+  absl::StatusOr<std::vector<ShardStats>> stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& shard : *stats) {
+    EXPECT_EQ(shard.checkpoints_waiting, 0u);
+    if (shard.shard_index != empty) EXPECT_EQ(shard.last_checkpoint, 7u);
+  }
+
+  // SIGTERM between steps: every shard writes its part of the current step, 9.
+  client->reset();
+  for (int i = 0; i < 3; ++i) cluster_.shard(i).Signal(SIGTERM);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(cluster_.shard(i).Wait(absl::Seconds(30)), 0) << ReadFile(cluster_.shard_log(i));
+  }
+  ASSERT_TRUE(fs::exists(server::CheckpointStepDir(dir, 9) + "/MANIFEST"))
+      << ReadFile(cluster_.shard_log(0));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster_.Restart(i, {"--restore=" + dir}).ok()) << ReadFile(cluster_.shard_log(i));
+  }
+  options = InProcessClientOptions();
+  options.partition_bytes = 4096;
+  client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->ResumeStep(), 9u);
+  id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> weights(spec.num_elements);
+  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(weights), 9).Wait().ok());
+  EXPECT_EQ(weights.front(), -4.5f);
+  EXPECT_EQ(weights.back(), -4.5f);
+
+  // From step 7's directory instead: that step.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster_.Restart(i, {"--restore=" + server::CheckpointStepDir(dir, 7)}).ok())
+        << ReadFile(cluster_.shard_log(i));
+  }
+  client->reset();
+  client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->ResumeStep(), 7u);
+}
+
+// A checkpoint asked of shards that keep none is refused, and the job carries on.
+TEST_P(CheckpointTest, ShardsWithoutACheckpointDirRefuseACheckpoint) {
+  ASSERT_TRUE(StartCluster(1, 1).ok());
+  auto client = Client::Create(InProcessClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const TensorSpec spec = SgdSpec("w", 64);
+  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Steps(**client, *id, spec.num_elements, 0, 2);
+  absl::Status refused = (*client)->Checkpoint(2);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "--checkpoint_dir")) << refused;
+  Steps(**client, *id, spec.num_elements, 2, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CheckpointTest,

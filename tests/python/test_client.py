@@ -266,13 +266,19 @@ def test_shards_restored_from_a_checkpoint_tell_the_step_to_resume_from(cluster_
         w = client.declare("w", initial_values=initial, optimizer="sgd", params={"lr": 1.0})
         for step in range(3):
             client.push_pull(w, np.ones(n, np.float32), out, step).wait()
-    manifest = os.path.join(checkpoints, "step-000000000002", "MANIFEST")
-    assert eventually(lambda: os.path.exists(manifest))
+        manifest = os.path.join(checkpoints, "step-000000000002", "MANIFEST")
+        assert eventually(lambda: os.path.exists(manifest))  # every 2 steps, in the background
+        client.checkpoint(3)  # on demand: committed when it returns
+        assert os.path.exists(os.path.join(checkpoints, "step-000000000003", "MANIFEST"))
+        assert [s.last_checkpoint for s in client.stats()] == [3, 3]
     first.close()
 
     restored = cluster_factory(shards=2, extra_flags=[f"--restore={checkpoints}"])
     with client_for(restored, partition_bytes=4096) as client:
-        assert client.resume_step == 2
+        assert client.resume_step == 3
         w = client.declare("w", initial_values=initial, optimizer="sgd", params={"lr": 1.0})
         client.pull(w, out, min_version=client.resume_step).wait()
-        np.testing.assert_array_equal(out, initial - 2)
+        np.testing.assert_array_equal(out, initial - 3)
+        with pytest.raises(hetps.Error) as raised:
+            client.checkpoint(1)  # these shards keep no checkpoints
+        assert raised.value.code == "FAILED_PRECONDITION"

@@ -163,6 +163,7 @@ class RecordingClient final : public Client {
   }
   absl::Status Barrier() override { return inner_->Barrier(); }
   uint64_t ResumeStep() const override { return inner_->ResumeStep(); }
+  absl::Status Checkpoint(uint64_t step) override { return inner_->Checkpoint(step); }
   absl::StatusOr<std::vector<ShardStats>> Stats() override { return inner_->Stats(); }
   void Shutdown() override { inner_->Shutdown(); }
 

@@ -97,6 +97,8 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
   stats.failed_requests = proto.failed_requests();
   stats.pushes_refused = proto.pushes_refused();
   stats.requests_waiting = proto.requests_waiting();
+  stats.checkpoints_waiting = proto.checkpoints_waiting();
+  stats.last_checkpoint = proto.last_checkpoint();
   stats.min_version = proto.min_version();
   stats.max_version = proto.max_version();
   return stats;
