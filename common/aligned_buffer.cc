@@ -1,5 +1,8 @@
 #include "common/aligned_buffer.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -39,6 +42,12 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(size_t num_floats) {
   }
   buffer.data_ = static_cast<float*>(memory);
   buffer.size_ = num_floats;
+  // Large buffers (weights, gradients, copies) on huge pages where the kernel offers them
+  // (transparent_hugepage=madvise): 512 times fewer page faults when they are first written.
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(memory) + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(memory) + bytes) & ~(kHugePage - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
   return buffer;
 }
 

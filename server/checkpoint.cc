@@ -1,6 +1,7 @@
 #include "server/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -150,7 +151,10 @@ CheckpointWriter::CheckpointWriter(std::string dir, CheckpointIdentity identity,
       identity_(std::move(identity)),
       catalog_(std::move(catalog)),
       expected_copies_(std::move(expected_copies)),
-      writer_(std::make_unique<TaskThread>("checkpoint")) {}
+      writer_(std::make_unique<TaskThread>("checkpoint")) {
+  // Writing is background work: training threads come first on a busy machine.
+  writer_->Post([] { setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10); });
+}
 
 CheckpointWriter::~CheckpointWriter() { writer_->Stop(); }
 
@@ -175,6 +179,26 @@ void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
     gathering.copies.clear();
   }
   writer_->Post([this, step, ready] { Write(step, std::move(*ready)); });
+}
+
+bool CheckpointWriter::TakesPeriodic(uint64_t step) {
+  uint64_t writing = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = steps_.find(step);
+    if (it != steps_.end()) return !it->second.skipped;
+    for (const auto& [earlier, state] : steps_) {
+      if (earlier < step && state.handed_off && !state.done) writing = earlier;
+    }
+    steps_[step].skipped = writing != 0;
+  }
+  if (writing != 0) {
+    LogWarning(
+        "shard %d: no checkpoint of step %d: step %d is still being written (a larger "
+        "--checkpoint_every, or a faster disk)",
+        identity_.shard_index, step, writing);
+  }
+  return writing == 0;
 }
 
 void CheckpointWriter::WhenDurable(uint64_t step, std::function<void(absl::Status)> done) {
@@ -262,7 +286,7 @@ absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
     image->set_version(copy.version);
     image->set_state_slots(copy.state_slots);
     image->set_data_offset(offset);
-    image->set_data_bytes(copy.values.size() * sizeof(float));
+    image->set_data_bytes(copy.elements * (1 + copy.state_slots) * sizeof(float));
     for (const hetps::v1::WorkerRunImage& run : copy.runs) *image->add_runs() = run;
     offset += image->data_bytes();
   }
@@ -282,8 +306,11 @@ absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
   const std::string padding((kDataAlignment - file.size() % kDataAlignment) % kDataAlignment, '\0');
   HETPS_RETURN_IF_ERROR(file.Append(padding.data(), padding.size()));
   for (auto& [key, copy] : copies) {
-    HETPS_RETURN_IF_ERROR(file.Append(copy.values.data(), copy.values.size() * sizeof(float)));
-    copy.values = std::vector<float>();  // give the memory back as soon as it is written
+    HETPS_RETURN_IF_ERROR(file.Append(copy.weights->data(), copy.elements * sizeof(float)));
+    copy.weights.reset();  // give the memory back as soon as it is written
+    HETPS_RETURN_IF_ERROR(
+        file.Append(copy.state.get(), copy.elements * copy.state_slots * sizeof(float)));
+    copy.state.reset();
   }
   HETPS_RETURN_IF_ERROR(file.Commit());
   return WriteSmallFile(

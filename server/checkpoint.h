@@ -63,6 +63,10 @@ class CheckpointWriter {
   // A partition's copy (any thread). REQUIRES: copies of one tensor partition come in version
   // order. A copy of a step that is written or being written already is dropped.
   void Offer(uint64_t tensor_key, PartitionCopy copy);
+  // Whether the periodic checkpoint of `step` is taken: not while an earlier one is still being
+  // written (one copy in memory at a time, and a disk slower than the checkpoints are frequent
+  // does not pile them up). The first partition to ask decides for all. Any thread.
+  bool TakesPeriodic(uint64_t step);
   // Calls `done` (on the writer's thread, or at once) with the outcome of writing this shard's
   // part of `step`.
   void WhenDurable(uint64_t step, std::function<void(absl::Status)> done);
@@ -78,6 +82,7 @@ class CheckpointWriter {
     // Gathering, by (tensor key, partition): a copy offered twice counts once.
     std::map<std::pair<uint64_t, uint32_t>, PartitionCopy> copies;
     bool handed_off = false;  // to Write: later copies are dropped
+    bool skipped = false;     // a periodic step not taken (TakesPeriodic)
     bool done = false;
     absl::Status result;
     std::vector<std::function<void(absl::Status)>> waiters;

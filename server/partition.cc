@@ -44,7 +44,15 @@ absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& confi
   const size_t state_floats =
       static_cast<size_t>(config.optimizer->state_slots()) * config.range.size;
   HETPS_ASSIGN_OR_RETURN(AlignedBuffer state, AlignedBuffer::Allocate(state_floats));
-  return std::unique_ptr<Partition>(new Partition(config, std::move(weights), std::move(state)));
+  auto partition =
+      std::unique_ptr<Partition>(new Partition(config, std::move(weights), std::move(state)));
+  if (config.checkpoint) {
+    // The first checkpoint's copy on write finds its buffer in memory already (zeroed now, at
+    // declaration, rather than faulted in during a step).
+    HETPS_ASSIGN_OR_RETURN(AlignedBuffer spare, AlignedBuffer::AllocateZeroed(config.range.size));
+    partition->spare_weights_ = std::make_shared<AlignedBuffer>(std::move(spare));
+  }
+  return partition;
 }
 
 Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state)
@@ -196,13 +204,21 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
   // one instead of in place. Only this thread adds references, so use_count() == 1 is exclusive.
   std::shared_ptr<AlignedBuffer> out = weights_;
   if (weights_.use_count() > 2) {  // weights_ and `out`
-    absl::StatusOr<AlignedBuffer> fresh = AlignedBuffer::Allocate(config_.range.size);
-    if (fresh.ok()) {
-      out = std::make_shared<AlignedBuffer>(*std::move(fresh));
+    if (spare_weights_ != nullptr && spare_weights_.use_count() == 1) {
+      // Let go by the checkpoint that held it: in memory already, no page to fault in.
+      std::atomic_thread_fence(std::memory_order_acquire);
+      out = std::move(spare_weights_);
     } else {
-      LogWarning("partition %d: %s; updating in place while a pull is being sent", config_.index,
-                 fresh.status().ToString());
+      absl::StatusOr<AlignedBuffer> fresh = AlignedBuffer::Allocate(config_.range.size);
+      if (fresh.ok()) {
+        out = std::make_shared<AlignedBuffer>(*std::move(fresh));
+      } else {
+        LogWarning("partition %d: %s; updating in place while a pull is being sent", config_.index,
+                   fresh.status().ToString());
+      }
     }
+    // A checkpointed partition keeps the buffer it leaves for the next copy on write.
+    if (config_.checkpoint && out != weights_) spare_weights_ = weights_;
   }
   UpdateArgs args;
   args.weights_in = weights_->data();
@@ -276,7 +292,9 @@ void Partition::CheckpointIfDue() {
   if (!config_.checkpoint) return;
   const uint64_t now = version();
   const bool asked = std::erase(checkpoint_at_, now) > 0;
-  if (asked || (config_.checkpoint_every > 0 && now % config_.checkpoint_every == 0)) {
+  const bool periodic = config_.checkpoint_every > 0 && now % config_.checkpoint_every == 0 &&
+                        (!config_.periodic_wanted || config_.periodic_wanted(now));
+  if (asked || periodic) {
     captured_ = now;
     config_.checkpoint(Capture());
   }
@@ -312,11 +330,14 @@ PartitionCopy Partition::Capture() const {
   const size_t n = config_.range.size;
   copy.index = config_.index;
   copy.version = version();
+  copy.elements = n;
   copy.state_slots = static_cast<uint32_t>(state_slots_.size());
-  copy.values.resize(n * (1 + state_slots_.size()));
-  std::copy_n(weights_->data(), n, copy.values.data());
-  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
-    std::copy_n(state_slots_[slot], n, copy.values.data() + (slot + 1) * n);
+  copy.weights = weights_;
+  if (!state_slots_.empty()) {
+    copy.state = std::make_unique_for_overwrite<float[]>(n * state_slots_.size());
+    for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+      std::copy_n(state_slots_[slot], n, copy.state.get() + slot * n);
+    }
   }
   for (const WorkerRun& run : runs_) {
     hetps::v1::WorkerRunImage& image = copy.runs.emplace_back();

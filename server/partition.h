@@ -50,8 +50,12 @@ namespace hetps::server {
 struct PartitionCopy {
   uint32_t index = 0;
   uint64_t version = 0;
+  uint64_t elements = 0;
   uint32_t state_slots = 0;
-  std::vector<float> values;                    // the weights, then each state slot
+  // The weights are shared, not copied: the partition writes the next version into a fresh
+  // buffer while this one is held (copy on write, as for pulls being sent).
+  std::shared_ptr<const AlignedBuffer> weights;
+  std::unique_ptr<float[]> state;               // each state slot, `elements` values each
   std::vector<hetps::v1::WorkerRunImage> runs;  // by rank
 };
 
@@ -74,6 +78,9 @@ class Partition {
     // cut of the job without stopping it.
     uint64_t checkpoint_every = 0;
     std::function<void(PartitionCopy)> checkpoint;
+    // Whether the periodic copy of a version is taken after all (the shard skips one while the
+    // last is still being written); null: always.
+    std::function<bool(uint64_t version)> periodic_wanted;
   };
 
   // Updates of at least this many elements are spread over the kernel pool.
@@ -194,6 +201,9 @@ class Partition {
 
   const Config config_;
   std::shared_ptr<AlignedBuffer> weights_;
+  // Checkpointed partitions: the weights buffer the last copy on write left (a checkpoint may
+  // still be writing it), reused by the next one.
+  std::shared_ptr<AlignedBuffer> spare_weights_;
   AlignedBuffer state_;
   std::vector<float*> state_slots_;
   std::atomic<uint64_t> version_{0};

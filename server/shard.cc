@@ -466,6 +466,9 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
       config.checkpoint = [writer = checkpoints_.get(), key = decl.key()](PartitionCopy copy) {
         writer->Offer(key, std::move(copy));
       };
+      config.periodic_wanted = [writer = checkpoints_.get()](uint64_t version) {
+        return writer->TakesPeriodic(version);
+      };
     }
     HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
   }
@@ -477,13 +480,16 @@ absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
                                               const Optimizer& optimizer) {
   const ShardShare share =
       ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
-  // Weights, the optimizer's state and the buffer the step's gradients are summed into; each
-  // partition's own bookkeeping; the tensor's table of partitions. Values come from the wire:
-  // every product is checked, so that a huge one cannot wrap around to a small one.
+  // Weights, the optimizer's state and the buffer the step's gradients are summed into (with
+  // checkpoints, a second weights buffer for copy on write); each partition's own bookkeeping;
+  // the tensor's table of partitions. Values come from the wire: every product is checked, so
+  // that a huge one cannot wrap around to a small one.
+  const uint64_t buffers =
+      2 + optimizer.state_slots() +
+      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP);
   uint64_t bytes = 0;
   const bool overflow =
-      __builtin_mul_overflow(share.elements, sizeof(float) * (2 + optimizer.state_slots()),
-                             &bytes) ||
+      __builtin_mul_overflow(share.elements, sizeof(float) * buffers, &bytes) ||
       __builtin_add_overflow(
           bytes, uint64_t{share.partitions} * Partition::BookkeepingBytes(options_.num_workers),
           &bytes) ||
