@@ -65,6 +65,9 @@ ABSL_FLAG(double, timeout_s, 60, "Deadline of every message");
 ABSL_FLAG(std::string, json, "", "Write every figure to this JSON file");
 ABSL_FLAG(std::string, csv, "", "Write every figure to this CSV file");
 ABSL_FLAG(std::string, plot, "", "Write an SVG plot of latency and throughput against size");
+ABSL_FLAG(std::string, replicas, "1",
+          "Embedded mode: copies of each partition (ps-server --replicas), or a list of them "
+          "measured one after the other on fresh shards, e.g. 1,2,1,2");
 ABSL_FLAG(std::string, security, "off",
           "Embedded mode: off, token, tls, token+tls, or a list of them measured one after the "
           "other on fresh shards (tls needs --tls_dir). With --servers the client presents what "
@@ -91,6 +94,7 @@ constexpr int kFailed = 2;
 struct Plan {
   std::vector<std::string> transports;
   std::vector<SecuritySetting> security;  // measured one after the other per transport
+  std::vector<uint32_t> replicas = {1};   // likewise, per security setting
   std::vector<std::string> ops;
   std::vector<uint64_t> sizes;
   MeasureSettings settings;  // op, bytes and transport filled in per measurement
@@ -206,14 +210,25 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
       return absl::InvalidArgumentError("--workers and --shards must be at least 1");
     }
     plan.world_size = static_cast<uint32_t>(plan.workers);
+    plan.replicas.clear();
+    for (absl::string_view copies : absl::StrSplit(absl::GetFlag(FLAGS_replicas), ',')) {
+      uint32_t replicas = 0;
+      if (!absl::SimpleAtoi(copies, &replicas) || replicas < 1 || replicas > 2 ||
+          (replicas == 2 && plan.shards < 2)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--replicas takes 1 or 2 (2 needs --shards of 2 or more), not '", copies, "'"));
+      }
+      plan.replicas.push_back(replicas);
+    }
     HETPS_ASSIGN_OR_RETURN(
         plan.security, EmbeddedSecurity(absl::GetFlag(FLAGS_security), absl::GetFlag(FLAGS_tls_dir),
                                         absl::GetFlag(FLAGS_auth_token_file), scratch));
   } else {
-    if (absl::GetFlag(FLAGS_security) != "off" || !absl::GetFlag(FLAGS_tls_dir).empty()) {
+    if (absl::GetFlag(FLAGS_security) != "off" || !absl::GetFlag(FLAGS_tls_dir).empty() ||
+        absl::GetFlag(FLAGS_replicas) != "1") {
       return absl::InvalidArgumentError(
           "with --servers, the shards decide: give the job's --auth_token_file and "
-          "--tls_ca_file instead of --security and --tls_dir");
+          "--tls_ca_file instead of --security and --tls_dir (and --replicas is theirs)");
     }
     HETPS_ASSIGN_OR_RETURN(
         SecuritySetting security,
@@ -239,6 +254,7 @@ JsonValue ConfigJson(const Plan& plan) {
                                      [](std::string* out, const SecuritySetting& setting) {
                                        out->append(setting.name);
                                      }))
+      .Set("replicas", absl::StrJoin(plan.replicas, ","))
       .Set("ops", absl::StrJoin(plan.ops, ","))
       .Set("sizes", std::move(sizes))
       .Set("workers", static_cast<int>(plan.world_size))
@@ -318,11 +334,9 @@ absl::Status WriteFile(const std::string& path, const std::string& contents) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
-                                                      const std::string& transport_name,
-                                                      const SecuritySetting& security,
-                                                      const std::vector<std::string>& servers,
-                                                      size_t* done, size_t total) {
+absl::StatusOr<std::vector<BenchResult>> RunTransport(
+    const Plan& plan, const std::string& transport_name, const SecuritySetting& security,
+    uint32_t replicas, const std::vector<std::string>& servers, size_t* done, size_t total) {
   transport::TransportOptions transport_options;
   transport_options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
   transport_options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
@@ -361,8 +375,8 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
       settings.transport = transport_name;
       settings.op = op;
       settings.bytes = bytes;
-      std::fprintf(stderr, "\r[%zu/%zu] %s (security %s) %s %s ...          ", ++*done, total,
-                   transport_name.c_str(), security.name.c_str(), op.c_str(),
+      std::fprintf(stderr, "\r[%zu/%zu] %s (security %s, replicas %u) %s %s ...          ", ++*done,
+                   total, transport_name.c_str(), security.name.c_str(), replicas, op.c_str(),
                    FormatSize(bytes).c_str());
       std::fflush(stderr);
       HETPS_ASSIGN_OR_RETURN(std::vector<WorkerMeasurement> hetps,
@@ -378,6 +392,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
       BenchResult r;
       r.transport = transport_name;
       r.security = security.name;
+      r.replicas = static_cast<int>(replicas);
       r.op = op;
       r.bytes = bytes;
       r.workers = static_cast<int>(plan.world_size);
@@ -402,7 +417,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
 }
 
 absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
-                                 const SecuritySetting& security,
+                                 const SecuritySetting& security, uint32_t replicas,
                                  std::vector<std::unique_ptr<server::ShardServer>>* shards,
                                  std::vector<std::string>* servers) {
   const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -419,14 +434,17 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
     options.auth_token = security.shard_auth_token;
     options.tls_cert_file = security.shard_tls_cert_file;
     options.tls_key_file = security.shard_tls_key_file;
+    options.replicas = replicas;
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> shard,
                            server::ShardServer::Start(options));
     servers->push_back(shard->address());
     shards->push_back(std::move(shard));
   }
-  std::fprintf(stderr, "ps-bench: embedded %s cluster of %d shards (%s), %d workers, security %s\n",
+  std::fprintf(stderr,
+               "ps-bench: embedded %s cluster of %d shards (%s), %d workers, security %s, "
+               "replicas %u\n",
                transport.c_str(), plan.shards, absl::StrJoin(*servers, ",").c_str(), plan.workers,
-               security.name.c_str());
+               security.name.c_str(), replicas);
   return absl::OkStatus();
 }
 
@@ -445,29 +463,32 @@ int Run() {
   }
   std::vector<BenchResult> results;
   size_t done = 0;
-  const size_t total =
-      plan->transports.size() * plan->security.size() * plan->ops.size() * plan->sizes.size();
+  const size_t total = plan->transports.size() * plan->security.size() * plan->replicas.size() *
+                       plan->ops.size() * plan->sizes.size();
   for (const std::string& transport : plan->transports) {
     for (const SecuritySetting& security : plan->security) {
-      // Embedded mode: fresh shards in this process for every transport and setting (barrier
-      // generations and BSP steps start over with the new clients).
-      std::vector<std::unique_ptr<server::ShardServer>> shards;
-      std::vector<std::string> servers = plan->servers;
-      if (plan->embedded) {
-        absl::Status started = StartEmbeddedShards(*plan, transport, security, &shards, &servers);
-        if (!started.ok()) {
-          std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
-                       started.ToString().c_str());
+      for (uint32_t replicas : plan->replicas) {
+        // Embedded mode: fresh shards in this process for every transport and setting
+        // (barrier generations and BSP steps start over with the new clients).
+        std::vector<std::unique_ptr<server::ShardServer>> shards;
+        std::vector<std::string> servers = plan->servers;
+        if (plan->embedded) {
+          absl::Status started =
+              StartEmbeddedShards(*plan, transport, security, replicas, &shards, &servers);
+          if (!started.ok()) {
+            std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
+                         started.ToString().c_str());
+            return kFailed;
+          }
+        }
+        absl::StatusOr<std::vector<BenchResult>> measured =
+            RunTransport(*plan, transport, security, replicas, servers, &done, total);
+        if (!measured.ok()) {
+          std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
           return kFailed;
         }
+        results.insert(results.end(), measured->begin(), measured->end());
       }
-      absl::StatusOr<std::vector<BenchResult>> measured =
-          RunTransport(*plan, transport, security, servers, &done, total);
-      if (!measured.ok()) {
-        std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
-        return kFailed;
-      }
-      results.insert(results.end(), measured->begin(), measured->end());
     }
   }
   std::fprintf(stderr, "\r%60s\r", "");

@@ -17,6 +17,7 @@ JsonValue ResultJson(const BenchResult& r) {
   JsonValue value = JsonValue::Object();
   value.Set("transport", r.transport)
       .Set("security", r.security)
+      .Set("replicas", r.replicas)
       .Set("op", r.op)
       .Set("bytes", r.bytes)
       .Set("workers", r.workers)
@@ -79,16 +80,16 @@ std::string ResultsCsv(const std::vector<BenchResult>& results) {
 
 std::string ResultsTable(const std::vector<BenchResult>& results) {
   std::string out = absl::StrFormat(
-      "%-9s %-9s %-8s %6s %9s %9s %9s %9s %9s %8s %10s %6s | %9s %8s | %6s %6s\n", "transport",
-      "security", "op", "size", "p50(us)", "p90(us)", "p99(us)", "p99.9(us)", "max(us)", "GB/s",
-      "ops/s", "#wrong", "floor p50", "floor GB/s", "x p50", "x GB/s");
+      "%-9s %-9s %3s %-8s %6s %9s %9s %9s %9s %9s %8s %10s %6s | %9s %8s | %6s %6s\n", "transport",
+      "security", "rep", "op", "size", "p50(us)", "p90(us)", "p99(us)", "p99.9(us)", "max(us)",
+      "GB/s", "ops/s", "#wrong", "floor p50", "floor GB/s", "x p50", "x GB/s");
   for (const BenchResult& r : results) {
     absl::StrAppendFormat(
         &out,
-        "%-9s %-9s %-8s %6s %9.1f %9.1f %9.1f %9.1f %9.1f %8.3f %10.0f %6d | %9.1f %10.3f | %6s "
-        "%6s\n",
-        r.transport, r.security, r.op, FormatSize(r.bytes), r.p50_us, r.p90_us, r.p99_us, r.p999_us,
-        r.max_us, r.gbps, r.ops_per_s, r.wrong, r.floor_p50_us, r.floor_gbps,
+        "%-9s %-9s %3d %-8s %6s %9.1f %9.1f %9.1f %9.1f %9.1f %8.3f %10.0f %6d | %9.1f %10.3f | "
+        "%6s %6s\n",
+        r.transport, r.security, r.replicas, r.op, FormatSize(r.bytes), r.p50_us, r.p90_us,
+        r.p99_us, r.p999_us, r.max_us, r.gbps, r.ops_per_s, r.wrong, r.floor_p50_us, r.floor_gbps,
         Ratio(r.p50_us, r.floor_p50_us), Ratio(r.gbps, r.floor_gbps));
   }
   return out;
@@ -193,7 +194,8 @@ std::string ResultsSvg(const std::vector<BenchResult>& results) {
   double latency_min = 1e18, latency_max = 0, gbps_max = 0;
   for (const BenchResult& r : results) {
     const std::string security = r.security == "off" ? "" : " (" + r.security + ")";
-    series[r.transport + security + " " + r.op].push_back(&r);
+    const std::string replicas = r.replicas == 1 ? "" : absl::StrCat(" x", r.replicas);
+    series[r.transport + security + replicas + " " + r.op].push_back(&r);
     sizes.push_back(r.bytes);
     for (double v : {r.p50_us, r.p99_us, r.floor_p50_us}) {
       if (v > 0) {

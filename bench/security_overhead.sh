@@ -36,32 +36,5 @@ list=$(IFS=,; echo "${settings[*]}")
   >"$WORK/log" 2>&1 || { cat "$WORK/log" >&2; exit 1; }
 
 # Medians over the rounds, per transport, size and setting; then the ratios.
-awk -F, '
-  NR == 1 { for (i = 1; i <= NF; ++i) column[$i] = i; next }
-  {
-    key = $column["transport"] SUBSEP $column["bytes"] SUBSEP $column["security"]
-    p50[key] = p50[key] " " $column["p50_us"]
-    gbps[key] = gbps[key] " " $column["gbps"]
-    if (!($column["transport"] SUBSEP $column["bytes"] in seen)) {
-      seen[$column["transport"] SUBSEP $column["bytes"]] = 1
-      order[++rows] = $column["transport"] SUBSEP $column["bytes"]
-    }
-  }
-  function median(list,    values, n, i, j, t) {
-    n = split(list, values, " ")
-    for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j)
-      if (values[j] + 0 < values[i] + 0) { t = values[i]; values[i] = values[j]; values[j] = t }
-    return n % 2 ? values[(n + 1) / 2] : (values[n / 2] + values[n / 2 + 1]) / 2
-  }
-  END {
-    printf "%-9s %9s | %12s %14s %6s | %10s %12s %6s\n", "transport", "bytes",
-           "p50 off(us)", "p50 token+tls", "x p50", "GB/s off", "GB/s tok+tls", "x GB/s"
-    for (r = 1; r <= rows; ++r) {
-      split(order[r], part, SUBSEP)
-      off = order[r] SUBSEP "off"; on = order[r] SUBSEP "token+tls"
-      p_off = median(p50[off]); p_on = median(p50[on])
-      g_off = median(gbps[off]); g_on = median(gbps[on])
-      printf "%-9s %9d | %12.1f %14.1f %6.2f | %10.3f %12.3f %6.2f\n", part[1], part[2],
-             p_off, p_on, p_on / p_off, g_off, g_on, g_on / g_off
-    }
-  }' "$WORK/out.csv"
+awk -F, -v setting=security -v base=off -v other=token+tls -f "$HERE/compare_settings.awk" \
+  "$WORK/out.csv"

@@ -1,7 +1,8 @@
 // FusedUpdate: the loop shared by every update rule. The workers' gradients are summed block by
 // block, in the given order, into a buffer that stays in L1 cache, and the rule's own loop runs
 // on each block right away, so the sum costs no extra pass over memory. With one gradient the
-// rule reads it in place.
+// rule reads it in place. The block can also be written out (UpdateArgs::gradient_sum_out): a
+// copy from L1, not a second pass over the gradients.
 //
 //   struct Sgd {
 //     struct Coeffs { float lr; };
@@ -39,6 +40,10 @@ struct FusedUpdate {
           for (size_t i = 0; i < n; ++i) block[i] += next[i];
         }
         g = block;
+        if (args->gradient_sum_out != nullptr) {
+          float* __restrict out = args->gradient_sum_out + begin;
+          for (size_t i = 0; i < n; ++i) out[i] = block[i];
+        }
       }
       Rule::Block(*coeffs, *args, begin, n, g);
     }

@@ -41,6 +41,9 @@ struct UpdateArgs {
   // Steps applied before this one (the partition's version); torch.optim's step count t is
   // step + 1.
   uint64_t step = 0;
+  // Optional, with more than one gradient: receives their sum (`size` floats), exactly the
+  // values the rule was applied to (replication sends it to a backup).
+  float* gradient_sum_out = nullptr;
 };
 
 class Optimizer {

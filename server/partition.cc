@@ -1,6 +1,7 @@
 #include "server/partition.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -25,6 +26,7 @@ UpdateArgs Slice(const UpdateArgs& args, size_t begin, size_t end,
   for (const float* g : args.gradients) gradients.push_back(g + begin);
   state.clear();
   for (float* s : args.state) state.push_back(s + begin);
+  if (args.gradient_sum_out != nullptr) slice.gradient_sum_out = args.gradient_sum_out + begin;
   slice.gradients = gradients;
   slice.state = state;
   return slice;
@@ -60,7 +62,8 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),
-      runs_(config.num_workers) {
+      runs_(config.num_workers),
+      runs_sent_(config.num_workers, 0) {
   for (int slot = 0; slot < config_.optimizer->state_slots(); ++slot) {
     state_slots_.push_back(state_.data() + slot * config_.range.size);
   }
@@ -93,22 +96,22 @@ void Partition::Release(HeldGradient& gradient) {
   gradient = HeldGradient();
 }
 
-absl::Status Partition::Push(const PushOrigin& origin, FloatFormat format,
-                             transport::Payload gradient) {
+absl::StatusOr<uint64_t> Partition::Push(const PushOrigin& origin, FloatFormat format,
+                                         transport::Payload gradient) {
   return config_.sync_mode == hetps::v1::SYNC_MODE_ASP
              ? PushAsp(origin, format, std::move(gradient))
              : PushBsp(origin, format, std::move(gradient));
 }
 
-absl::Status Partition::PushAsp(const PushOrigin& origin, FloatFormat format,
-                                transport::Payload gradient) {
+absl::StatusOr<uint64_t> Partition::PushAsp(const PushOrigin& origin, FloatFormat format,
+                                            transport::Payload gradient) {
   WorkerRun& run = runs_[origin.rank];
   // Another run numbers its pushes from 1 again: what the last one sent says nothing about it.
   const bool new_run = origin.incarnation != run.incarnation;
   const ReplayWindow& window = new_run ? ReplayWindow() : run.applied;
   switch (window.Judge(origin.sequence)) {
     case ReplayWindow::kSeen:
-      return absl::OkStatus();  // a retry of a push that was applied
+      return 0;  // a retry of a push that was applied
     case ReplayWindow::kTooOld:
       if (origin.sequence == 0) {
         return absl::InvalidArgumentError(
@@ -130,20 +133,28 @@ absl::Status Partition::PushAsp(const PushOrigin& origin, FloatFormat format,
   run.applied.Mark(origin.sequence);
   const float* gradients[] = {held.data};
   Apply(gradients);
+  if (replicated()) {
+    hetps::v1::ReplicatedChange change;
+    change.set_kind(hetps::v1::CHANGE_KIND_ASP_PUSH);
+    change.set_rank(origin.rank);
+    change.set_incarnation(origin.incarnation);
+    change.set_sequence(origin.sequence);
+    Replicate(std::move(change), KeepValues(held));
+  }
   Release(held);
   WakeWaiters();
-  return absl::OkStatus();
+  return 0;
 }
 
-absl::Status Partition::PushBsp(const PushOrigin& origin, FloatFormat format,
-                                transport::Payload gradient) {
+absl::StatusOr<uint64_t> Partition::PushBsp(const PushOrigin& origin, FloatFormat format,
+                                            transport::Payload gradient) {
   WorkerRun& run = runs_[origin.rank];
   const uint64_t step = origin.step;
   const bool new_run = origin.incarnation != run.incarnation;
   if (step < version()) {
     // Step `step` was applied, so this worker's gradient for it arrived: from this run, this is
     // a retry. A run that never pushed here before cannot have sent it.
-    if (!new_run) return absl::OkStatus();
+    if (!new_run) return step + 1;
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d has applied %d steps; step %d of worker %d is not from the run that "
         "pushed it: the shard holds the state of an earlier run of the job (restart the shards "
@@ -157,7 +168,7 @@ absl::Status Partition::PushBsp(const PushOrigin& origin, FloatFormat format,
     pending.gradients.resize(config_.num_workers);
   }
   HeldGradient& slot = pending.gradients[origin.rank];
-  if (slot.data != nullptr && !new_run) return absl::OkStatus();  // a retry
+  if (slot.data != nullptr && !new_run) return step + 1;  // a retry
   absl::StatusOr<HeldGradient> held = Hold(format, std::move(gradient));
   if (!held.ok()) {
     if (pending.received == 0) steps_.erase(step);
@@ -171,7 +182,7 @@ absl::Status Partition::PushBsp(const PushOrigin& origin, FloatFormat format,
   }
   slot = *std::move(held);
   ApplyCompleteSteps();
-  return absl::OkStatus();
+  return step + 1;
 }
 
 void Partition::ApplyCompleteSteps() {
@@ -181,7 +192,40 @@ void Partition::ApplyCompleteSteps() {
        it = steps_.find(version())) {
     absl::InlinedVector<const float*, 8> gradients;
     for (const HeldGradient& held : it->second.gradients) gradients.push_back(held.data);
-    Apply(gradients);
+    if (!replicated()) {
+      Apply(gradients);
+    } else {
+      // The backup applies the sum the update ran on: one gradient, read as it is.
+      hetps::v1::ReplicatedChange change;
+      change.set_kind(hetps::v1::CHANGE_KIND_STEP);
+      for (uint32_t rank = 0; rank < config_.num_workers; ++rank) {
+        if (runs_[rank].incarnation == runs_sent_[rank]) continue;
+        runs_sent_[rank] = runs_[rank].incarnation;
+        hetps::v1::WorkerRunChange* run = change.add_runs();
+        run->set_rank(rank);
+        run->set_incarnation(runs_[rank].incarnation);
+      }
+      transport::Payload sum;
+      if (gradients.size() == 1) {
+        Apply(gradients);
+        sum = KeepValues(it->second.gradients[0]);
+      } else {
+        if (spare_sum_ == nullptr || spare_sum_.use_count() > 1) {
+          absl::StatusOr<AlignedBuffer> buffer = AlignedBuffer::Allocate(config_.range.size);
+          // The shard's reservation counts this buffer: failing here is the allocator failing
+          // outright, as a failed operator new would.
+          if (!buffer.ok()) {
+            LogError("partition %d: %s", config_.index, buffer.status().ToString());
+            std::abort();
+          }
+          spare_sum_ = std::make_shared<AlignedBuffer>(*std::move(buffer));
+        }
+        Apply(gradients, spare_sum_->data());
+        const AlignedBuffer& buffer = *spare_sum_;
+        sum = transport::Payload::Shared(transport::AsBytes(buffer.span()), spare_sum_);
+      }
+      Replicate(std::move(change), std::move(sum));
+    }
     for (HeldGradient& held : it->second.gradients) Release(held);
     spare_gradients_ = std::move(it->second.gradients);
     spare_gradients_.clear();
@@ -199,7 +243,7 @@ const Optimizer& Partition::OptimizerForNextStep() {
   return *schedule_.front().second;
 }
 
-void Partition::Apply(absl::Span<const float* const> gradients) {
+void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_sum_out) {
   // Pulls being sent still refer to the current buffer: then write the new weights into a fresh
   // one instead of in place. Only this thread adds references, so use_count() == 1 is exclusive.
   std::shared_ptr<AlignedBuffer> out = weights_;
@@ -227,6 +271,7 @@ void Partition::Apply(absl::Span<const float* const> gradients) {
   args.state = state_slots_;
   args.size = config_.range.size;
   args.step = version();
+  args.gradient_sum_out = gradient_sum_out;
   const Optimizer& optimizer = OptimizerForNextStep();
   if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
     config_.kernel_pool->ParallelFor(
@@ -412,13 +457,18 @@ absl::Status Partition::WriteState(uint64_t version, const transport::Payload& s
   awaits_values_ = false;
   bf16_ = fp16_ = WireCopy();  // conversions of the old weights
   version_.store(version, std::memory_order_release);
+  if (replicated()) {
+    hetps::v1::ReplicatedChange change;
+    change.set_kind(hetps::v1::CHANGE_KIND_WRITE_STATE);
+    Replicate(std::move(change), state);
+  }
   WakeWaiters();
   return absl::OkStatus();
 }
 
 void Partition::Pull(uint64_t min_version, FloatFormat format,
                      std::shared_ptr<PendingRequest> request, size_t slot) {
-  if (version() >= min_version) {
+  if (served_version() >= min_version) {
     request->CompleteItem(slot, Snapshot(format));
     return;
   }
@@ -428,16 +478,123 @@ void Partition::Pull(uint64_t min_version, FloatFormat format,
   waiters_.push_back(Waiter{min_version, format, std::move(request), slot});
 }
 
+void Partition::AckWhenReplicated(uint64_t min_version, std::shared_ptr<PendingRequest> request,
+                                  size_t slot) {
+  // Unreplicated, a push is acknowledged once taken (BSP: held for its step).
+  if (!replicated() || (served_version() >= min_version && changes_replicated_ >= changes_made_)) {
+    request->CompleteItem(slot);
+    return;
+  }
+  std::erase_if(waiters_, [](const Waiter& w) { return w.request->finished(); });
+  request->WaitsForVersion();
+  waiters_.push_back(Waiter{min_version, FloatFormat::kFp32, std::move(request), slot,
+                            changes_made_, /*ack_only=*/true});
+}
+
 void Partition::WakeWaiters() {
-  const uint64_t now = version();
+  const uint64_t now = served_version();
   std::vector<Waiter> ready;
   std::erase_if(waiters_, [&](Waiter& w) {
     if (w.request->finished()) return true;
-    if (w.min_version > now) return false;
+    if (w.min_version > now || w.min_replicated > changes_replicated_) return false;
     ready.push_back(std::move(w));
     return true;
   });
-  for (Waiter& w : ready) w.request->CompleteItem(w.slot, Snapshot(w.format));
+  for (Waiter& w : ready) {
+    if (w.ack_only) {
+      w.request->CompleteItem(w.slot);
+    } else {
+      w.request->CompleteItem(w.slot, Snapshot(w.format));
+    }
+  }
+}
+
+transport::Payload Partition::KeepValues(HeldGradient& held) {
+  const auto bytes = transport::AsBytes(absl::MakeConstSpan(held.data, config_.range.size));
+  if (held.copy.size() == 0) return held.payload;
+  auto owned = std::make_shared<AlignedBuffer>(std::move(held.copy));
+  held.copy = AlignedBuffer();
+  return transport::Payload::Shared(bytes, std::move(owned));
+}
+
+void Partition::Replicate(hetps::v1::ReplicatedChange meta, transport::Payload bytes) {
+  meta.set_tensor_key(config_.tensor_key);
+  meta.set_partition(config_.index);
+  meta.set_version(version());
+  meta.set_num_bytes(bytes.size());
+  ++changes_made_;
+  unsent_.push_back(ReplicatedChange{std::move(meta), std::move(bytes)});
+  if (!batch_out_) SendToBackup();
+}
+
+void Partition::SendToBackup() {
+  // Everything queued goes in one batch, up to a bound on its size (at least one change).
+  constexpr uint64_t kBatchBytes = 16 << 20;
+  std::vector<ReplicatedChange> batch;
+  uint64_t bytes = 0;
+  size_t taken = 0;
+  while (taken < unsent_.size() &&
+         (taken == 0 || bytes + unsent_[taken].bytes.size() <= kBatchBytes)) {
+    bytes += unsent_[taken].bytes.size();
+    ++taken;
+  }
+  batch.reserve(taken);
+  for (size_t i = 0; i < taken; ++i) batch.push_back(std::move(unsent_[i]));
+  unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<ptrdiff_t>(taken));
+  batch_out_ = true;
+  batch_changes_ = changes_replicated_ + taken;
+  batch_version_ = batch.back().meta.version();
+  config_.replicate(*this, std::move(batch));
+}
+
+void Partition::Replicated() {
+  if (!batch_out_) return;
+  batch_out_ = false;
+  changes_replicated_ = batch_changes_;
+  replicated_version_ = batch_version_;
+  if (!unsent_.empty()) SendToBackup();
+  WakeWaiters();
+}
+
+absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& change,
+                                        transport::Payload bytes) {
+  const size_t n = config_.range.size;
+  switch (change.kind()) {
+    case hetps::v1::CHANGE_KIND_STEP: {
+      if (change.version() <= version()) return absl::OkStatus();  // a batch sent again
+      if (change.version() != version() + 1 || bytes.size() != n * sizeof(float)) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "backup of partition %d is at version %d: a step to version %d with %d bytes does "
+            "not follow",
+            config_.index, version(), change.version(), bytes.size()));
+      }
+      for (const hetps::v1::WorkerRunChange& run : change.runs()) {
+        if (run.rank() < runs_.size()) runs_[run.rank()].incarnation = run.incarnation();
+      }
+      HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(FloatFormat::kFp32, std::move(bytes)));
+      const float* gradients[] = {held.data};
+      Apply(gradients);
+      Release(held);
+      return absl::OkStatus();
+    }
+    case hetps::v1::CHANGE_KIND_ASP_PUSH: {
+      if (change.rank() >= runs_.size() || bytes.size() != n * sizeof(float)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("backup of partition %d: a push of worker %d with %d bytes",
+                            config_.index, change.rank(), bytes.size()));
+      }
+      PushOrigin origin;
+      origin.rank = change.rank();
+      origin.incarnation = change.incarnation();
+      origin.sequence = change.sequence();
+      return PushAsp(origin, FloatFormat::kFp32, std::move(bytes)).status();
+    }
+    case hetps::v1::CHANGE_KIND_WRITE_STATE:
+      return WriteState(change.version(), bytes);
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "backup of partition %d: unknown change kind %d", config_.index, change.kind()));
+  }
 }
 
 uint64_t Partition::Digest() const {
@@ -469,7 +626,13 @@ uint64_t Partition::Digest() const {
 
 std::string Partition::DescribeWait(uint64_t min_version) const {
   const uint64_t now = version();
-  if (now >= min_version) return "";
+  if (now >= min_version) {
+    if (served_version() >= min_version && changes_replicated_ >= changes_made_) return "";
+    return absl::StrFormat(
+        "partition %d is at version %d, of which its backup shard has confirmed version %d "
+        "(%d of %d changes)",
+        config_.index, now, served_version(), changes_replicated_, changes_made_);
+  }
   if (config_.sync_mode == hetps::v1::SYNC_MODE_ASP) {
     return absl::StrFormat("partition %d is at version %d, the pull wants %d (any worker's push)",
                            config_.index, now, min_version);

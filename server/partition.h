@@ -19,6 +19,11 @@
 // Gradients may arrive as fp32, bf16 or fp16 and weights may leave in any of them; a pull's
 // 16-bit form is converted once per version and shared by every worker that asks for it.
 //
+// Replication (--replicas 2): a primary partition hands every change it applies to
+// Config::replicate, one batch at a time, and counts a version as served only once the backup
+// confirmed it (Replicated()): pulls wait for that, and pushes are acknowledged only then, so an
+// acknowledged update is on two shards. A backup partition changes only by ApplyReplicated.
+//
 // Thread model: a partition belongs to one owner thread (owner()). Everything but version() and
 // the constant accessors runs there, so the update needs no lock.
 #ifndef HETPS_SERVER_PARTITION_H_
@@ -47,6 +52,13 @@
 
 namespace hetps::server {
 
+// A change a primary partition applied, for its backup (replication): what it was (kind,
+// version, origin) and its fp32 bytes, which the payload keeps alive while they are sent.
+struct ReplicatedChange {
+  hetps::v1::ReplicatedChange meta;
+  transport::Payload bytes;
+};
+
 struct PartitionCopy {
   uint32_t index = 0;
   uint64_t version = 0;
@@ -62,6 +74,7 @@ struct PartitionCopy {
 class Partition {
  public:
   struct Config {
+    uint64_t tensor_key = 0;
     uint32_t index = 0;
     PartitionRange range;
     hetps::v1::SyncMode sync_mode = hetps::v1::SYNC_MODE_BSP;
@@ -81,6 +94,11 @@ class Partition {
     // Whether the periodic copy of a version is taken after all (the shard skips one while the
     // last is still being written); null: always.
     std::function<bool(uint64_t version)> periodic_wanted;
+    // A primary with a backup: sends the backup `changes` (in order), then has Replicated()
+    // run on the owner thread once it holds them. Null: no backup.
+    std::function<void(Partition& self, std::vector<ReplicatedChange> changes)> replicate;
+    // This is the backup's copy of a partition another shard serves.
+    bool backup = false;
   };
 
   // Updates of at least this many elements are spread over the kernel pool.
@@ -102,6 +120,8 @@ class Partition {
   uint64_t num_elements() const { return config_.range.size; }
   uint64_t parameter_bytes() const { return config_.range.size * sizeof(float); }
   uint64_t state_bytes() const { return state_.size_bytes(); }
+  bool is_backup() const { return config_.backup; }
+  bool replicated() const { return config_.replicate != nullptr; }
 
   // Who sent a push.
   struct PushOrigin {
@@ -114,9 +134,20 @@ class Partition {
   // Owner thread only.
   //
   // Takes a worker's gradient (num_elements() values in `format`). ResourceExhausted if it
-  // cannot be held, or one of the refusals above; nothing changes then.
+  // cannot be held, or one of the refusals above; nothing changes then. Returns the version a
+  // replicated partition must serve before the push is acknowledged (AckWhenReplicated).
   // REQUIRES: origin.rank < num_workers.
-  absl::Status Push(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
+  absl::StatusOr<uint64_t> Push(const PushOrigin& origin, FloatFormat format,
+                                transport::Payload gradient);
+  // Replicated: completes `slot` of `request` (no weights) once the backup holds every change
+  // made so far and the partition serves `min_version`. Unreplicated: at once.
+  void AckWhenReplicated(uint64_t min_version, std::shared_ptr<PendingRequest> request,
+                         size_t slot);
+  // The backup confirmed the batch last handed to Config::replicate.
+  void Replicated();
+  // Backup: applies a change its primary made (a batch sent again is recognised and applied
+  // once). FailedPrecondition for a step that does not follow this copy's version.
+  absl::Status ApplyReplicated(const hetps::v1::ReplicatedChange& change, transport::Payload bytes);
   // Completes `slot` of `request` with the weights, in `format`, once version() >= min_version.
   void Pull(uint64_t min_version, FloatFormat format, std::shared_ptr<PendingRequest> request,
             size_t slot);
@@ -179,6 +210,8 @@ class Partition {
     FloatFormat format;
     std::shared_ptr<PendingRequest> request;
     size_t slot;
+    uint64_t min_replicated = 0;  // changes the backup must hold first
+    bool ack_only = false;        // completes without weights (a push's acknowledgement)
   };
   // The weights in a 16-bit format, converted for one version.
   struct WireCopy {
@@ -188,12 +221,23 @@ class Partition {
 
   Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state);
 
-  absl::Status PushAsp(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
-  absl::Status PushBsp(const PushOrigin& origin, FloatFormat format, transport::Payload gradient);
+  absl::StatusOr<uint64_t> PushAsp(const PushOrigin& origin, FloatFormat format,
+                                   transport::Payload gradient);
+  absl::StatusOr<uint64_t> PushBsp(const PushOrigin& origin, FloatFormat format,
+                                   transport::Payload gradient);
   absl::StatusOr<HeldGradient> Hold(FloatFormat format, transport::Payload gradient);
   void Release(HeldGradient& gradient);
-  // Runs the optimizer on the gradients (summed in the order given) and bumps the version.
-  void Apply(absl::Span<const float* const> gradients);
+  // Runs the optimizer on the gradients (summed in the order given; the sum goes to
+  // `gradient_sum_out` too if given) and bumps the version.
+  void Apply(absl::Span<const float* const> gradients, float* gradient_sum_out = nullptr);
+  // The fp32 values a held gradient points to, as a payload that keeps them (the held
+  // gradient gives up its copy).
+  transport::Payload KeepValues(HeldGradient& held);
+  // Primary: queues a change for the backup and sends it unless a batch is out.
+  void Replicate(hetps::v1::ReplicatedChange meta, transport::Payload bytes);
+  void SendToBackup();
+  // The version pulls are answered at: what the backup confirmed, or version() unreplicated.
+  uint64_t served_version() const { return replicated() ? replicated_version_ : version(); }
   const Optimizer& OptimizerForNextStep();
   void ApplyCompleteSteps();
   void CheckpointIfDue();
@@ -220,6 +264,16 @@ class Partition {
   WireCopy bf16_, fp16_;
   std::vector<uint64_t> checkpoint_at_;  // versions CheckpointAt asked for, not reached yet
   uint64_t captured_ = ~uint64_t{0};     // the version last handed to Config::checkpoint
+  // Replication (primary): changes made, those the backup confirmed, and the version then;
+  // changes not sent yet; whether a batch is out, and what it brings the counts to.
+  uint64_t changes_made_ = 0;
+  uint64_t changes_replicated_ = 0;
+  uint64_t replicated_version_ = 0;
+  std::vector<ReplicatedChange> unsent_;
+  bool batch_out_ = false;
+  uint64_t batch_changes_ = 0, batch_version_ = 0;
+  std::vector<uint64_t> runs_sent_;           // by rank: the run the backup last heard of
+  std::shared_ptr<AlignedBuffer> spare_sum_;  // reused for the next step's summed gradient
 };
 
 }  // namespace hetps::server

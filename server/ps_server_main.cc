@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,12 @@ ABSL_FLAG(uint64_t, checkpoint_every, 0,
 ABSL_FLAG(std::string, restore, "",
           "Start from a checkpoint: a --checkpoint_dir (its newest committed step) or one "
           "step-<S> directory; the workers learn the step to go on from");
+ABSL_FLAG(uint32_t, replicas, 1,
+          "Copies of each partition: 1, or 2 (each shard also keeps a backup of the previous "
+          "shard's partitions and acknowledges a push only once its backup applied it too)");
+ABSL_FLAG(std::vector<std::string>, servers, {},
+          "Every shard's address (host:port), in shard order, as workers list them: where a "
+          "shard finds its backup with --replicas 2. Empty: learnt from the workers' hello");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 
@@ -154,6 +161,7 @@ int main(int argc, char** argv) {
   RequireFlagInRange("num_shards", uint64_t{absl::GetFlag(FLAGS_num_shards)}, 1, 1 << 16);
   RequireFlagInRange("shard_index", uint64_t{absl::GetFlag(FLAGS_shard_index)}, 0,
                      uint64_t{absl::GetFlag(FLAGS_num_shards)} - 1);
+  RequireFlagInRange("replicas", uint64_t{absl::GetFlag(FLAGS_replicas)}, 1, 2);
   RequireFlagInRange("num_workers", uint64_t{absl::GetFlag(FLAGS_num_workers)}, 1, 1 << 20);
   RequireFlagInRange("threads", int64_t{absl::GetFlag(FLAGS_threads)}, 0,
                      hetps::server::ServerOptions::kMaxThreads);
@@ -211,6 +219,8 @@ int main(int argc, char** argv) {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   options.restore_dir = absl::GetFlag(FLAGS_restore);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
+  options.servers = absl::GetFlag(FLAGS_servers);
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

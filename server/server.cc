@@ -33,6 +33,22 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.checkpoint_every > 0 && options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("checkpoint_every needs a checkpoint_dir");
   }
+  if (options.replicas < 1 || options.replicas > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("replicas must be 1 or 2, not %d", options.replicas));
+  }
+  if (options.replicas == 2 && options.num_shards < 2) {
+    return absl::InvalidArgumentError(
+        "replicas 2 needs 2 shards or more: a partition's backup lives on another shard");
+  }
+  if (options.replicas == 2 && !options.restore_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "restoring a checkpoint with replicas 2 is not supported yet: restore with replicas 1");
+  }
+  if (!options.servers.empty() && options.servers.size() != options.num_shards) {
+    return absl::InvalidArgumentError(absl::StrFormat("servers lists %d addresses for %d shards",
+                                                      options.servers.size(), options.num_shards));
+  }
   if (options.threads < 0 || options.threads > ServerOptions::kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrFormat("threads must be between 0 and %d, not %d",
                                                       ServerOptions::kMaxThreads, options.threads));
@@ -83,6 +99,9 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.auth_token = options.auth_token;
   shard_options.checkpoint_dir = options.checkpoint_dir;
   shard_options.checkpoint_every = options.checkpoint_every;
+  shard_options.replicas = options.replicas;
+  shard_options.servers = options.servers;
+  shard_options.peer_transport = server->transport_.get();
   if (shard_options.max_memory_bytes == 0) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_bytes = sysconf(_SC_PAGESIZE);
@@ -121,6 +140,10 @@ absl::Status ShardServer::CheckpointNow(absl::Duration timeout) {
 }
 
 uint64_t ShardServer::StateDigest() { return shard_->StateDigest(); }
+
+std::vector<Shard::PartitionDigest> ShardServer::PartitionDigests() {
+  return shard_->PartitionDigests();
+}
 
 void ShardServer::Shutdown() {
   if (shard_ == nullptr) return;

@@ -17,10 +17,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/ps.pb.h"
+#include "server/shard.h"
 #include "transport/transport.h"
 
 namespace hetps::server {
@@ -56,6 +58,12 @@ struct ServerOptions {
   // directory. Start fails, naming the file, for a checkpoint that is missing, corrupt, or of
   // another job, shard count or worker count.
   std::string restore_dir;
+  // Copies of each partition: 1, or 2 (each partition also on the next shard, which takes
+  // every change before a worker's push is acknowledged; needs 2 shards or more). `servers`:
+  // every shard's address in shard order, where this one finds its backup; empty: it learns
+  // them from the first worker's hello.
+  uint32_t replicas = 1;
+  std::vector<std::string> servers;
 
   // --- Where and how it listens ---
 
@@ -115,6 +123,8 @@ class ShardServer {
   absl::Status CheckpointNow(absl::Duration timeout);
   // Shard::StateDigest: a hash of everything the shard holds (tests).
   uint64_t StateDigest();
+  // Shard::PartitionDigests: each partition's, backups included (tests).
+  std::vector<Shard::PartitionDigest> PartitionDigests();
 
   // Answers waiting requests with Unavailable, stops listening and stops the shard's threads.
   // Idempotent; bounded in time.

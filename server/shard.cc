@@ -73,6 +73,24 @@ Shard::Shard(const ShardOptions& options)
   declarer_ = std::make_unique<TaskThread>("shard-declare");
   // The owner that spreads an update works on it too: one pool thread fewer than CPUs wanted.
   if (threads > 1) kernels_ = std::make_unique<ThreadPool>(threads - 1, "shard-kernels");
+  if (options_.replicas > 1 && options_.num_shards > 1 && options_.peer_transport != nullptr) {
+    ReplicatorOptions replication;
+    replication.shard_index = options_.shard_index;
+    replication.backup_index = BackupShard();
+    replication.num_shards = options_.num_shards;
+    replication.job_id = options_.job_id;
+    replication.auth_token = options_.auth_token;
+    if (options_.servers.size() == options_.num_shards) {
+      replication.backup_address = options_.servers[BackupShard()];
+    }
+    replicator_ = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
+  }
+}
+
+uint32_t Shard::BackupShard() const { return (options_.shard_index + 1) % options_.num_shards; }
+
+uint32_t Shard::PrimaryOfBackups() const {
+  return (options_.shard_index + options_.num_shards - 1) % options_.num_shards;
 }
 
 Shard::~Shard() {
@@ -86,6 +104,7 @@ void Shard::Stop() {
       absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index));
   barrier_.FailAll(stopping);
   declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
+  if (replicator_ != nullptr) replicator_->Stop();
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     owners_[owner]->Post([this, owner, stopping] {
       table_.ForEach([&](const Tensor& tensor) {
@@ -139,6 +158,9 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
       return;
     case hetps::v1::METHOD_CHECKPOINT:
       Checkpoint(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_REPLICATE:
+      Replicate(std::move(request), std::move(reply));
       return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
@@ -246,16 +268,27 @@ absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d: the connection's greeting is malformed", options_.shard_index));
   }
-  return CheckHello(hello);
+  if (hello.peer_shard() == 0) return CheckHello(hello);
+  HETPS_RETURN_IF_ERROR(CheckPeerHello(hello));
+  absl::MutexLock lock(&peers_mu_);
+  peer_connections_.insert(connection.id);
+  return absl::OkStatus();
 }
 
 void Shard::Disconnected(uint64_t connection_id) {
+  {
+    absl::MutexLock lock(&peers_mu_);
+    peer_connections_.erase(connection_id);
+  }
   waiting_.FailAll(connection_id, absl::CancelledError("the client disconnected"));
 }
 
 absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
   HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
   HETPS_RETURN_IF_ERROR(CheckHello(hello));
+  if (replicator_ != nullptr && hello.servers_size() == static_cast<int>(options_.num_shards)) {
+    replicator_->SetBackupAddress(hello.servers(static_cast<int>(BackupShard())));
+  }
   // A new run of this rank takes it over: requests of the one before are refused from now on.
   const uint64_t previous = runs_[hello.worker_rank()].exchange(hello.incarnation());
   if (previous != 0 && previous != hello.incarnation()) {
@@ -274,6 +307,7 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   response.set_barriers_completed(barrier_.completed());
   response.set_shard_incarnation(incarnation_);
   response.set_resume_step(resume_step_);
+  response.set_replicas(replicator_ != nullptr ? options_.replicas : 1);
   return HeaderResponse(response);
 }
 
@@ -331,7 +365,7 @@ void Shard::DeclareNow(transport::Request request, transport::ReplyCallback repl
   uint32_t owned = 0;
   uint64_t max_version = 0;
   for (const auto& partition : tensor->partitions) {
-    if (partition == nullptr) continue;
+    if (partition == nullptr || partition->is_backup()) continue;
     ++owned;
     max_version = std::max(max_version, partition->version());
   }
@@ -408,7 +442,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(
                             ? tensor.layout.partition(partition).size * sizeof(float)
                             : 0);
   }
-  return ResolveItems(items, &values);
+  return ResolveItems(items, &values, /*backups=*/true);
 }
 
 absl::StatusOr<std::pair<const Tensor*, bool>> Shard::CreateTensor(
@@ -444,22 +478,38 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   }
   tensor->optimizer = std::move(optimizer);
   tensor->partitions.resize(layout.num_partitions());
-  const ShardShare share =
-      ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
+  HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, options_.shard_index, /*backup=*/false));
+  if (replicator_ != nullptr) {
+    HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, PrimaryOfBackups(), /*backup=*/true));
+  }
+  return tensor;
+}
+
+absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup) {
+  const hetps::v1::TensorDecl& decl = tensor.decl;
+  const PartitionLayout& layout = tensor.layout;
+  const ShardShare share = ShareOfShard(layout, decl.key(), options_.num_shards, shard);
   for (uint32_t i = 0; i < share.partitions; ++i) {
     const uint32_t p = share.first_partition + i * options_.num_shards;
     const PartitionRange range = layout.partition(p);
     HETPS_ASSIGN_OR_RETURN(AlignedBuffer weights, InitialWeights(decl.init(), range));
     Partition::Config config;
+    config.tensor_key = decl.key();
+    config.backup = backup;
     config.index = p;
     config.range = range;
     config.sync_mode = decl.sync_mode();
     config.num_workers = options_.num_workers;
-    config.optimizer = tensor->optimizer;
+    config.optimizer = tensor.optimizer;
     config.owner = next_owner_.fetch_add(1) % owners_.size();
     config.kernel_pool = kernels_.get();
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
-    if (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
+    if (replicator_ != nullptr && !backup) {
+      config.replicate = [this](Partition& partition, std::vector<ReplicatedChange> changes) {
+        SendToBackup(partition, std::move(changes));
+      };
+    }
+    if (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP && !backup) {
       config.checkpoint_every = options_.checkpoint_every;
       config.checkpoint = [writer = checkpoints_.get(), key = decl.key()](PartitionCopy copy) {
         writer->Offer(key, std::move(copy));
@@ -468,9 +518,9 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
         return writer->TakesPeriodic(version);
       };
     }
-    HETPS_ASSIGN_OR_RETURN(tensor->partitions[p], Partition::Create(config, std::move(weights)));
+    HETPS_ASSIGN_OR_RETURN(tensor.partitions[p], Partition::Create(config, std::move(weights)));
   }
-  return tensor;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
@@ -479,18 +529,29 @@ absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
   const ShardShare share =
       ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
   // Weights, the optimizer's state and the buffer the step's gradients are summed into (with
-  // checkpoints, a second weights buffer for copy on write); each partition's own bookkeeping;
-  // the tensor's table of partitions. Values come from the wire: every product is checked, so
-  // that a huge one cannot wrap around to a small one.
+  // checkpoints, a second weights buffer for copy on write; replicated, a buffer for the sum
+  // sent to the backup); each partition's own bookkeeping; the tensor's table of partitions.
+  // The backup copies take weights, state and a buffer for the step they apply. Values come
+  // from the wire: every product is checked, so that a huge one cannot wrap around to a small
+  // one.
   const uint64_t buffers =
       2 + optimizer.state_slots() +
-      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP);
-  uint64_t bytes = 0;
+      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) +
+      (replicator_ != nullptr);
+  const ShardShare backups =
+      replicator_ != nullptr
+          ? ShareOfShard(layout, decl.key(), options_.num_shards, PrimaryOfBackups())
+          : ShardShare();
+  uint64_t bytes = 0, backup_bytes = 0;
   const bool overflow =
       __builtin_mul_overflow(share.elements, sizeof(float) * buffers, &bytes) ||
-      __builtin_add_overflow(
-          bytes, uint64_t{share.partitions} * Partition::BookkeepingBytes(options_.num_workers),
-          &bytes) ||
+      __builtin_mul_overflow(backups.elements, sizeof(float) * (2 + optimizer.state_slots()),
+                             &backup_bytes) ||
+      __builtin_add_overflow(bytes, backup_bytes, &bytes) ||
+      __builtin_add_overflow(bytes,
+                             uint64_t{share.partitions + backups.partitions} *
+                                 Partition::BookkeepingBytes(options_.num_workers),
+                             &bytes) ||
       __builtin_add_overflow(bytes, uint64_t{layout.num_partitions()} * sizeof(void*), &bytes);
   absl::MutexLock lock(&memory_mu_);
   if (overflow || bytes > options_.max_memory_bytes - reserved_bytes_) {

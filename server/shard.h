@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/task_thread.h"
@@ -27,6 +28,7 @@
 #include "server/checkpoint.h"
 #include "server/metrics.h"
 #include "server/pending_request.h"
+#include "server/replicator.h"
 #include "server/tensor_table.h"
 #include "transport/transport.h"
 
@@ -54,6 +56,13 @@ struct ShardOptions {
   // `checkpoint_dir` (server/checkpoint.h); 0 or empty: none.
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;
+  // Copies of each partition (1 or 2). With 2, this shard also keeps a backup of the
+  // partitions of shard (index - 1) mod num_shards, and sends its own changes to shard
+  // (index + 1) mod num_shards (server/replicator.h) over `peer_transport`, at the address
+  // `servers` lists (empty: learnt from the first worker's Hello). Needs 2 shards or more.
+  uint32_t replicas = 1;
+  std::vector<std::string> servers;
+  transport::Transport* peer_transport = nullptr;
 };
 
 class Shard final : public transport::RequestHandler {
@@ -90,6 +99,15 @@ class Shard final : public transport::RequestHandler {
   // A hash of the shard's whole state: its tensors' declarations and every partition's
   // Partition::Digest, read on their owner threads. For tests (bad requests change nothing).
   uint64_t StateDigest();
+  // Each partition's Partition::Digest, backups included (tests: a backup equals its primary).
+  struct PartitionDigest {
+    uint64_t tensor_key = 0;
+    uint32_t partition = 0;
+    bool backup = false;
+    uint64_t digest = 0;
+    auto operator<=>(const PartitionDigest&) const = default;
+  };
+  std::vector<PartitionDigest> PartitionDigests();
 
  private:
   // What a data request asks of each of its partitions.
@@ -128,6 +146,15 @@ class Shard final : public transport::RequestHandler {
   void ReadState(transport::Request request, transport::ReplyCallback reply);
   void WriteState(transport::Request request, transport::ReplyCallback reply);
   void Checkpoint(transport::Request request, transport::ReplyCallback reply);
+  // Backup side of replication (server/shard_replica.cc): applies a batch of the primary's
+  // changes, on a connection its primary opened.
+  void Replicate(transport::Request request, transport::ReplyCallback reply);
+  // Whether a greeting from shard `hello.peer_shard() - 1` may connect: this shard's primary,
+  // of the same job, with replication on.
+  absl::Status CheckPeerHello(const hetps::v1::HelloRequest& hello) const;
+  // The shard whose partitions this one backs up, and the one that backs up this one's.
+  uint32_t PrimaryOfBackups() const;
+  uint32_t BackupShard() const;
   // This shard's partitions of BSP tensors (what checkpoints hold), with their tensor keys.
   std::vector<std::pair<uint64_t, Partition*>> CheckpointedPartitions() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
@@ -149,24 +176,33 @@ class Shard final : public transport::RequestHandler {
   absl::StatusOr<std::vector<DataItem>> ParseDataRequest(const transport::Request& request,
                                                          DataCall* call) const;
   // The tensor and this shard's partition that a request names: NotFound, OutOfRange, or
-  // FailedPrecondition for a partition of another shard.
+  // FailedPrecondition for a partition of another shard (or one this shard only backs up,
+  // unless `backup` allows it).
   absl::StatusOr<std::pair<const Tensor*, Partition*>> LocatePartition(uint64_t tensor_key,
-                                                                       uint32_t partition) const;
+                                                                       uint32_t partition,
+                                                                       bool backup = false) const;
   // CheckRank(rank) and CheckStateRun(shard_incarnation), then LocatePartition.
+  // With `backup`, the backup copy this shard keeps (FailedPrecondition if it keeps none).
   absl::StatusOr<std::pair<const Tensor*, Partition*>> LocateForWorker(uint32_t rank,
                                                                        uint64_t shard_incarnation,
                                                                        uint64_t tensor_key,
-                                                                       uint32_t partition) const;
+                                                                       uint32_t partition,
+                                                                       bool backup = false) const;
   // Looks up and checks a request's items; with `gradients`, also cuts the payload into them.
   absl::StatusOr<std::vector<DataItem>> ResolveItems(
       const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
-      const transport::Payload* gradients) const;
+      const transport::Payload* gradients, bool backups = false) const;
   // Builds and publishes a tensor not declared yet; the bool: whether it was this one (another
   // worker's declaration may have come first).
   absl::StatusOr<std::pair<const Tensor*, bool>> CreateTensor(const hetps::v1::TensorDecl& decl);
   absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl,
                                                       const PartitionLayout& layout,
                                                       std::shared_ptr<Optimizer> optimizer);
+  // The partitions of `shard` (this one's, or with `backup` those it keeps for its primary).
+  absl::Status BuildPartitions(Tensor& tensor, uint32_t shard, bool backup);
+  // Sends a primary partition's changes through the replicator; Replicated() follows on its
+  // owner thread.
+  void SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes);
   // Sets aside the memory a new tensor's partitions on this shard will take, or says why not.
   absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl,
                                          const PartitionLayout& layout, const Optimizer& optimizer);
@@ -191,7 +227,11 @@ class Shard final : public transport::RequestHandler {
   std::vector<std::unique_ptr<TaskThread>> owners_;
   // Creates declared tensors, off the transport threads.
   std::unique_ptr<TaskThread> declarer_;
-  std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
+  std::unique_ptr<ThreadPool> kernels_;     // spreads the updates of large partitions
+  std::unique_ptr<Replicator> replicator_;  // replicas 2 only
+  // Connections from the primary of this shard's backups: the only ones that may replicate.
+  absl::Mutex peers_mu_;
+  absl::flat_hash_set<uint64_t> peer_connections_ ABSL_GUARDED_BY(peers_mu_);
   std::atomic<size_t> next_owner_{0};
   // Zero bytes that echo replies are cut from, grown to the largest size asked for.
   absl::Mutex zeros_mu_;

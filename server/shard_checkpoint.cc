@@ -118,7 +118,9 @@ std::vector<std::pair<uint64_t, Partition*>> Shard::CheckpointedPartitions() con
   table_.ForEach([&](const Tensor& tensor) {
     if (tensor.decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) return;
     for (const auto& partition : tensor.partitions) {
-      if (partition != nullptr) partitions.emplace_back(tensor.decl.key(), partition.get());
+      if (partition != nullptr && !partition->is_backup()) {
+        partitions.emplace_back(tensor.decl.key(), partition.get());
+      }
     }
   });
   return partitions;

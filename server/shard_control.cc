@@ -125,16 +125,11 @@ absl::StatusOr<transport::Response> Shard::Echo(transport::Request request) {
   return response;
 }
 
-uint64_t Shard::StateDigest() {
-  std::vector<std::pair<uint64_t, uint64_t>> parts;  // (tensor key, hash), sorted below
+std::vector<Shard::PartitionDigest> Shard::PartitionDigests() {
+  std::vector<PartitionDigest> digests;
   absl::Mutex mu;
   int waiting = 0;
   table_.ForEach([&](const Tensor& tensor) {
-    {
-      absl::MutexLock lock(&mu);
-      parts.emplace_back(tensor.decl.key(),
-                         std::hash<std::string>()(tensor.decl.SerializeAsString()));
-    }
     for (const auto& partition : tensor.partitions) {
       if (partition == nullptr) continue;
       {
@@ -143,9 +138,9 @@ uint64_t Shard::StateDigest() {
       }
       const bool posted =
           owners_[partition->owner()]->Post([&, key = tensor.decl.key(), p = partition.get()] {
-            const uint64_t digest = p->Digest() ^ (uint64_t{p->index()} << 32);
+            const PartitionDigest digest{key, p->index(), p->is_backup(), p->Digest()};
             absl::MutexLock lock(&mu);
-            parts.emplace_back(key, digest);
+            digests.push_back(digest);
             --waiting;
           });
       if (!posted) {
@@ -157,6 +152,20 @@ uint64_t Shard::StateDigest() {
   absl::MutexLock lock(&mu);
   mu.Await(absl::Condition(
       +[](int* left) { return *left == 0; }, &waiting));
+  std::sort(digests.begin(), digests.end());
+  return digests;
+}
+
+uint64_t Shard::StateDigest() {
+  std::vector<std::pair<uint64_t, uint64_t>> parts;  // (tensor key, hash), sorted below
+  table_.ForEach([&](const Tensor& tensor) {
+    parts.emplace_back(tensor.decl.key(),
+                       std::hash<std::string>()(tensor.decl.SerializeAsString()));
+  });
+  for (const PartitionDigest& partition : PartitionDigests()) {
+    parts.emplace_back(partition.tensor_key,
+                       partition.digest ^ (uint64_t{partition.partition} << 32));
+  }
   std::sort(parts.begin(), parts.end());
   uint64_t hash = 0;
   for (const auto& [key, digest] : parts) hash = hash * 1099511628211ull + (key ^ digest);
@@ -172,6 +181,10 @@ hetps::v1::StatsResponse Shard::Stats() const {
     stats.set_num_tensors(stats.num_tensors() + 1);
     for (const auto& partition : tensor.partitions) {
       if (partition == nullptr) continue;
+      if (partition->is_backup()) {
+        stats.set_backup_partitions(stats.backup_partitions() + 1);
+        continue;
+      }
       stats.set_num_partitions(stats.num_partitions() + 1);
       stats.set_parameter_bytes(stats.parameter_bytes() + partition->parameter_bytes());
       stats.set_optimizer_state_bytes(stats.optimizer_state_bytes() + partition->state_bytes());
@@ -193,6 +206,7 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_checkpoints_waiting(
       static_cast<uint64_t>(std::max<int64_t>(0, metrics_->checkpoints_waiting.load())));
   stats.set_last_checkpoint(last_checkpoint());
+  if (replicator_ != nullptr) stats.set_replication_resends(replicator_->resends());
   return stats;
 }
 

@@ -30,7 +30,8 @@ uint64_t PushPullVersion(const Tensor& tensor, uint64_t step) {
 }  // namespace
 
 absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint64_t tensor_key,
-                                                                            uint32_t index) const {
+                                                                            uint32_t index,
+                                                                            bool backup) const {
   const Tensor* tensor = table_.Find(tensor_key);
   if (tensor == nullptr) {
     return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared", tensor_key));
@@ -42,6 +43,11 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
                                                  tensor->layout.num_partitions(), index + 1));
   }
   Partition* partition = tensor->partitions[index].get();
+  if (partition != nullptr && partition->is_backup() && !backup) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d of tensor '%s' is served by shard %d; this shard %d keeps its backup", index,
+        name, ShardOfPartition(tensor_key, index, options_.num_shards), options_.shard_index));
+  }
   if (partition == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", index, name,
@@ -52,7 +58,7 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
 
 absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
     const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
-    const transport::Payload* gradients) const {
+    const transport::Payload* gradients, bool backups) const {
   if (items.empty()) return absl::InvalidArgumentError("the request lists no partitions");
   std::vector<DataItem> resolved;
   resolved.reserve(items.size());
@@ -70,7 +76,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
   uint64_t offset = 0;
   for (const hetps::v1::PartitionItem& item : items) {
     HETPS_ASSIGN_OR_RETURN(const auto located,
-                           LocatePartition(item.tensor_key(), item.partition()));
+                           LocatePartition(item.tensor_key(), item.partition(), backups));
     const auto [tensor, partition] = located;
     const std::string& name = tensor->decl.name();
     absl::StatusOr<FloatFormat> format = FormatOf(item.dtype());
@@ -202,8 +208,9 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
     }
   }
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
-  // A pull may wait for a later version; its deadline counts from when it has to.
-  if (call.pull) {
+  // A pull may wait for a later version, a replicated push for its backup; the deadline counts
+  // from when it has to.
+  if (call.pull || replicator_ != nullptr) {
     pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
                          &Shard::ExplainWait, this, shared_items, &waiting_, request.connection);
   }
@@ -213,21 +220,18 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
       for (size_t slot : slots) {
         DataItem& item = (*shared_items)[slot];
         if (call.push) {
-          absl::Status pushed =
+          absl::StatusOr<uint64_t> pushed =
               item.partition->Push(call.origin, item.format, std::move(item.gradient));
           if (!pushed.ok()) {
             ShardMetrics::Add(metrics->pushes_refused, 1);
-            pending->Fail(absl::Status(
-                pushed.code(),
-                absl::StrFormat("tensor '%s', %s", item.tensor->decl.name(), pushed.message())));
+            pending->Fail(absl::Status(pushed.status().code(),
+                                       absl::StrFormat("tensor '%s', %s", item.tensor->decl.name(),
+                                                       pushed.status().message())));
             return;
           }
+          if (!call.pull) item.partition->AckWhenReplicated(*pushed, pending, slot);
         }
-        if (call.pull) {
-          item.partition->Pull(item.wanted_version, item.pull_format, pending, slot);
-        } else {
-          pending->CompleteItem(slot);
-        }
+        if (call.pull) item.partition->Pull(item.wanted_version, item.pull_format, pending, slot);
       }
     };
     const bool posted = run_here

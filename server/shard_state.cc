@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "common/task_thread.h"
 #include "server/request_util.h"
@@ -26,17 +27,31 @@ void RunOnOwner(TaskThread& owner, uint32_t shard_index, transport::ReplyCallbac
 }  // namespace
 
 absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocateForWorker(
-    uint32_t rank, uint64_t shard_incarnation, uint64_t tensor_key, uint32_t partition) const {
+    uint32_t rank, uint64_t shard_incarnation, uint64_t tensor_key, uint32_t partition,
+    bool backup) const {
   HETPS_RETURN_IF_ERROR(CheckRank(rank));
   HETPS_RETURN_IF_ERROR(CheckStateRun(shard_incarnation));
-  return LocatePartition(tensor_key, partition);
+  if (backup && replicator_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d keeps no backup copies: replication is off (ps-server --replicas 1)",
+        options_.shard_index));
+  }
+  HETPS_ASSIGN_OR_RETURN(auto located, LocatePartition(tensor_key, partition, backup));
+  if (backup && !located.second->is_backup()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d keeps no backup of partition %d of tensor '%s' (it serves it, or replication "
+        "is off)",
+        options_.shard_index, partition, located.first->decl.name()));
+  }
+  return located;
 }
 
 void Shard::ReadState(transport::Request request, transport::ReplyCallback reply) {
   const auto read = ParseHeader<hetps::v1::ReadStateRequest>(request.header);
-  const auto located = read.ok() ? LocateForWorker(read->worker_rank(), read->shard_incarnation(),
-                                                   read->tensor_key(), read->partition())
-                                 : read.status();
+  const auto located = read.ok()
+                           ? LocateForWorker(read->worker_rank(), read->shard_incarnation(),
+                                             read->tensor_key(), read->partition(), read->backup())
+                           : read.status();
   if (!located.ok()) {
     reply(located.status());
     return;
@@ -74,16 +89,24 @@ void Shard::WriteState(transport::Request request, transport::ReplyCallback repl
                         tensor->decl.optimizer().name(), write->state_slots())));
     return;
   }
-  RunOnOwner(*owners_[partition->owner()], options_.shard_index, std::move(reply),
-             [partition, version = write->version(),
-              state = std::move(request.payload)](transport::ReplyCallback& reply) {
-               absl::Status written = partition->WriteState(version, state);
-               if (!written.ok()) {
-                 reply(written);
-                 return;
-               }
-               reply(HeaderResponse(hetps::v1::WriteStateResponse()));
-             });
+  // Answered once the partition (and, replicated, its backup) holds the state.
+  auto pending = std::make_shared<PendingRequest>(
+      std::vector<hetps::v1::PartitionItem>(1), /*returns_weights=*/false, std::move(reply),
+      metrics_, hetps::v1::WriteStateResponse().SerializeAsString());
+  pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait);
+  const bool posted = owners_[partition->owner()]->Post(
+      [pending, partition, version = write->version(), state = std::move(request.payload)] {
+        absl::Status written = partition->WriteState(version, state);
+        if (!written.ok()) {
+          pending->Fail(written);
+          return;
+        }
+        partition->AckWhenReplicated(0, pending, 0);
+      });
+  if (!posted) {
+    pending->Fail(
+        absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+  }
 }
 
 }  // namespace hetps::server

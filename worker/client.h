@@ -227,6 +227,10 @@ class Client {
   // FailedPrecondition if its partitions are at different versions (a step was being applied
   // meanwhile). Blocking.
   virtual absl::StatusOr<TensorState> ReadState(TensorId tensor) = 0;
+  // The same from the backup copies (shards started with --replicas 2), which hold exactly
+  // what the partitions' own shards do once a step is acknowledged: a check that the replicas
+  // agree. FailedPrecondition without replication.
+  virtual absl::StatusOr<TensorState> ReadBackupState(TensorId tensor) = 0;
   // Replaces a tensor's weights, optimizer state and version on the shards (restoring a
   // checkpoint): the next step to push is state.version. Only while no worker has pushed a
   // step the shards have not applied (e.g. one worker writes before training goes on, then

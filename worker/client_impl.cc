@@ -130,7 +130,13 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) override;
   absl::Status SetHyperparameters(TensorId tensor, uint64_t from_step,
                                   const std::map<std::string, double>& changes) override;
-  absl::StatusOr<TensorState> ReadState(TensorId tensor) override;
+  absl::StatusOr<TensorState> ReadState(TensorId tensor) override {
+    return ReadStateOf(tensor, /*backup=*/false);
+  }
+  absl::StatusOr<TensorState> ReadBackupState(TensorId tensor) override {
+    return ReadStateOf(tensor, /*backup=*/true);
+  }
+  absl::StatusOr<TensorState> ReadStateOf(TensorId tensor, bool backup);
   absl::Status WriteState(TensorId tensor, const TensorState& state) override;
   absl::Status Barrier() override;
   uint64_t ResumeStep() const override { return resume_step_; }
@@ -166,6 +172,7 @@ class ClientImpl final : public Client {
   const uint64_t incarnation_;
   std::atomic<uint64_t> next_sequence_{1};
   uint64_t resume_step_ = 0;  // set by Connect
+  uint32_t replicas_ = 1;     // copies of each partition the shards keep; set by Connect
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -182,11 +189,14 @@ absl::Status ClientImpl::Connect() {
   for (uint32_t shard = 0; shard < num_shards; ++shard) {
     const std::string& address = options_.servers[shard];
     // The hello goes twice: as the greeting of every connection (the shard admits each on it)
-    // and as the Hello call, which also makes this run the rank's current one.
-    headers.push_back(internal::MakeHello(options_, shard, num_shards, incarnation_, auth_token_)
-                          .SerializeAsString());
+    // and as the Hello call, which also makes this run the rank's current one and tells the
+    // shard where its peers are.
+    hetps::v1::HelloRequest hello =
+        internal::MakeHello(options_, shard, num_shards, incarnation_, auth_token_);
     transport::ConnectOptions connect;
-    connect.greeting = headers.back();
+    connect.greeting = hello.SerializeAsString();
+    for (const std::string& server : options_.servers) hello.add_servers(server);
+    headers.push_back(hello.SerializeAsString());
     absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
         transport_->Connect(address, deadline, connect);
     if (!connection.ok()) {
@@ -221,6 +231,14 @@ absl::Status ClientImpl::Connect() {
           resume_step_, shard, hello.resume_step()));
     }
     resume_step_ = hello.resume_step();
+    const uint32_t replicas = std::max(1u, hello.replicas());
+    if (shard > 0 && replicas != replicas_) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "shard 0 keeps %d copies of each partition, shard %d %d: start every shard with the "
+          "same --replicas",
+          replicas_, shard, replicas));
+    }
+    replicas_ = replicas;
     if (shard == 0) {
       // Shard 0 coordinates barriers: a restarted worker joins the job's next one.
       absl::MutexLock lock(&mu_);
@@ -284,7 +302,13 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
       const PartitionRange range = layout.partition(p);
       Piece piece{key, p, range.size, range.size * sizeof(float)};
       piece.gradient = initial_values.data() + range.begin;
-      pieces[ShardOfPartition(key, p, static_cast<uint32_t>(channels.size()))].push_back(piece);
+      // Each copy of the partition takes the values (replicas 2: its primary and the next
+      // shard, its backup).
+      const auto num_shards = static_cast<uint32_t>(channels.size());
+      const uint32_t owner = ShardOfPartition(key, p, num_shards);
+      for (uint32_t copy = 0; copy < replicas_; ++copy) {
+        pieces[(owner + copy) % num_shards].push_back(piece);
+      }
     }
   }
   std::vector<PlannedMessage> messages = internal::PackMessages(pieces, options_.partition_bytes);
@@ -526,7 +550,7 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
       .status();
 }
 
-absl::StatusOr<TensorState> ClientImpl::ReadState(TensorId id) {
+absl::StatusOr<TensorState> ClientImpl::ReadStateOf(TensorId id, bool backup) {
   HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
   HETPS_ASSIGN_OR_RETURN(const DeclaredTensor* tensor, FindTensor(id));
   const auto num_shards = static_cast<uint32_t>(channel_list->size());
@@ -538,7 +562,9 @@ absl::StatusOr<TensorState> ClientImpl::ReadState(TensorId id) {
     request.set_worker_rank(options_.rank);
     request.set_tensor_key(id);
     request.set_partition(p);
-    targets.push_back((*channel_list)[ShardOfPartition(id, p, num_shards)]);
+    request.set_backup(backup);
+    // A partition's backup is on the shard after its own.
+    targets.push_back((*channel_list)[(ShardOfPartition(id, p, num_shards) + backup) % num_shards]);
     request.set_shard_incarnation(targets.back()->shard_incarnation());
     headers.push_back(request.SerializeAsString());
   }

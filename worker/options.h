@@ -150,11 +150,13 @@ struct ShardStats {
   uint64_t payload_bytes_received = 0;
   uint64_t payload_bytes_sent = 0;
   uint64_t failed_requests = 0;
-  uint64_t pushes_refused = 0;    // push items answered with an error, never applied
-  uint64_t requests_waiting = 0;  // now: pulls waiting for the other workers' pushes
+  uint64_t pushes_refused = 0;       // push items answered with an error, never applied
+  uint64_t requests_waiting = 0;     // now: pulls waiting for the other workers' pushes
   uint64_t checkpoints_waiting = 0;  // now: Client::Checkpoint calls waiting for their step
   uint64_t last_checkpoint = 0;      // the newest step of which its checkpoint part is durable
-  uint64_t min_version = 0;       // over this shard's partitions
+  uint64_t backup_partitions = 0;    // --replicas 2: copies it keeps of the previous shard's
+  uint64_t replication_resends = 0;  // batches its backup did not take at the first attempt
+  uint64_t min_version = 0;          // over this shard's partitions
   uint64_t max_version = 0;
 };
 

@@ -55,6 +55,8 @@ class ShardStats:
     requests_waiting: int
     checkpoints_waiting: int
     last_checkpoint: int
+    backup_partitions: int
+    replication_resends: int
     min_version: int
     max_version: int
 

@@ -103,6 +103,8 @@ void BindStats(py::module_& m) {
       .def_readonly("requests_waiting", &ShardStats::requests_waiting)
       .def_readonly("checkpoints_waiting", &ShardStats::checkpoints_waiting)
       .def_readonly("last_checkpoint", &ShardStats::last_checkpoint)
+      .def_readonly("backup_partitions", &ShardStats::backup_partitions)
+      .def_readonly("replication_resends", &ShardStats::replication_resends)
       .def_readonly("min_version", &ShardStats::min_version)
       .def_readonly("max_version", &ShardStats::max_version)
       .def("__repr__", [](const ShardStats& s) {

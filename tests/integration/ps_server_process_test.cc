@@ -68,6 +68,11 @@ TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
       {{"--num_workers=0"}, "--num_workers must be"},
       {{"--max_message_bytes=10"}, "--max_message_bytes must be"},
       {{"--max_pending_steps=0"}, "--max_pending_steps must be"},
+      {{"--replicas=3"}, "--replicas must be between 1 and 2"},
+      {{"--replicas=2"}, "replicas 2 needs 2 shards or more", 1},
+      {{"--replicas=2", "--num_shards=2", "--servers=127.0.0.1:1"},
+       "servers lists 1 addresses for 2 shards",
+       1},
       {{"--lifetime_s=1", "stray"}, "unexpected argument 'stray'"},
       // absl's own parse errors exit with status 1.
       {{"--no_such_flag=1"}, "Unknown command line flag 'no_such_flag'", 1},

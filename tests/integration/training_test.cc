@@ -29,11 +29,13 @@
 namespace hetps {
 namespace {
 
+using integration::ExpectModelsMatchTheReference;
 using integration::FinalLoss;
 using integration::kDim;
 using integration::kLearningRate;
 using integration::kSamples;
 using integration::ReadFloats;
+using integration::SingleProcessReference;
 using integration::WorkerArgs;
 using integration::WorkerLog;
 using testing::BinaryPath;
@@ -41,42 +43,6 @@ using testing::LocalCluster;
 using testing::ReadFile;
 using testing::Subprocess;
 using TrainingTest = integration::ExampleJobTest;
-
-// The same training in one process: the workers' gradients summed in rank order, then SGD.
-std::vector<float> SingleProcessReference(int world_size, int steps) {
-  examples::LinregProblem problem;
-  problem.dim = kDim;
-  problem.samples_per_worker = kSamples;
-  std::vector<examples::WorkerData> data;
-  for (int r = 0; r < world_size; ++r) data.push_back(examples::MakeWorkerData(problem, r));
-  std::vector<float> w(kDim, 0.0f), sum_w(kDim), grad_w(kDim);
-  float b = 0, sum_b = 0, grad_b = 0;
-  const float lr = static_cast<float>(kLearningRate);
-  for (int step = 0; step < steps; ++step) {
-    for (int r = 0; r < world_size; ++r) {
-      examples::LossAndGradient(data[r], w, b, absl::MakeSpan(grad_w), &grad_b);
-      for (int j = 0; j < kDim; ++j) sum_w[j] = r == 0 ? grad_w[j] : sum_w[j] + grad_w[j];
-      sum_b = r == 0 ? grad_b : sum_b + grad_b;
-    }
-    for (int j = 0; j < kDim; ++j) w[j] = w[j] - lr * sum_w[j];
-    b = b - lr * sum_b;
-  }
-  w.push_back(b);
-  return w;
-}
-
-// Every worker's saved model (<dir>/model<r>) equals the single-process training's.
-void ExpectModelsMatchTheReference(const LocalCluster& cluster, int world_size, int steps) {
-  const std::vector<float> reference = SingleProcessReference(world_size, steps);
-  for (int r = 0; r < world_size; ++r) {
-    const std::vector<float> model = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
-    ASSERT_EQ(model.size(), reference.size());
-    for (size_t i = 0; i < model.size(); ++i) {
-      ASSERT_NEAR(model[i], reference[i], 1e-6 * std::max(1.0f, std::abs(reference[i])))
-          << "worker " << r << " element " << i;
-    }
-  }
-}
 
 TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
   ASSERT_TRUE(StartCluster(2, 3).ok());

@@ -176,13 +176,14 @@ TEST_F(PartitionTest, AspPushTooOldToJudgeIsRefusedNotAcknowledged) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   ASSERT_TRUE(partition->Push({0, kRun, 0, 100}, FloatFormat::kFp32, payload).ok());
-  absl::Status old = partition->Push({0, kRun, 0, 36}, FloatFormat::kFp32, payload);
+  absl::Status old = partition->Push({0, kRun, 0, 36}, FloatFormat::kFp32, payload).status();
   EXPECT_EQ(old.code(), absl::StatusCode::kAborted) << old;
   EXPECT_NE(old.message().find("too old"), absl::string_view::npos) << old;
-  EXPECT_EQ(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).code(),
+  EXPECT_EQ(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(partition->Push({0, kRun, 0, ~uint64_t{0}}, FloatFormat::kFp32, payload).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      partition->Push({0, kRun, 0, ~uint64_t{0}}, FloatFormat::kFp32, payload).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -1.0f);
   // The oldest still inside the window is applied.
@@ -211,7 +212,7 @@ TEST_F(PartitionTest, BspStepAppliedBeforeARunPushedItIsRefused) {
   }
   ASSERT_EQ(partition->version(), 1u);
   // Another run of worker 1 (the job started again) pushes step 0: not a retry.
-  absl::Status again = partition->Push({1, kRun + 1, 0, 0}, FloatFormat::kFp32, payload);
+  absl::Status again = partition->Push({1, kRun + 1, 0, 0}, FloatFormat::kFp32, payload).status();
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
   EXPECT_NE(again.message().find("earlier run"), absl::string_view::npos) << again;
   EXPECT_EQ(partition->version(), 1u);

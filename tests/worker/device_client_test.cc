@@ -134,6 +134,9 @@ class RecordingClient final : public Client {
   absl::StatusOr<std::vector<TensorPartition>> Partitions(TensorId tensor) override {
     return inner_->Partitions(tensor);
   }
+  absl::StatusOr<TensorState> ReadBackupState(TensorId tensor) override {
+    return inner_->ReadBackupState(tensor);
+  }
   absl::StatusOr<TensorState> ReadState(TensorId tensor) override {
     return inner_->ReadState(tensor);
   }

@@ -99,6 +99,8 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
   stats.requests_waiting = proto.requests_waiting();
   stats.checkpoints_waiting = proto.checkpoints_waiting();
   stats.last_checkpoint = proto.last_checkpoint();
+  stats.backup_partitions = proto.backup_partitions();
+  stats.replication_resends = proto.replication_resends();
   stats.min_version = proto.min_version();
   stats.max_version = proto.max_version();
   return stats;

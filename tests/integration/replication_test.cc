@@ -1,0 +1,65 @@
+// Replication across ps-server processes (--replicas 2), over every transport: the example job
+// trains exactly as in one process, and every partition's backup (on the next shard, fed by
+// its primary over the shards' own connections) holds bit for bit what its primary holds.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/integration/example_job.h"
+#include "worker/client.h"
+
+namespace hetps {
+namespace {
+
+using integration::ExpectModelsMatchTheReference;
+using integration::kDim;
+using integration::kLearningRate;
+using integration::WorkerLog;
+using ReplicationTest = integration::ExampleJobTest;
+
+TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsItsPrimary) {
+  // Shards learn each other's addresses from the workers' hello (no --servers).
+  ASSERT_TRUE(StartCluster(3, 3, {"--replicas=2"}).ok());
+  const int steps = 40;
+  std::vector<std::unique_ptr<integration::Subprocess>> workers = StartWorkers(3, steps, "bsp");
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectModelsMatchTheReference(cluster_, 3, steps));
+
+  // The job is over: a client of its size reads both copies of the example's tensors.
+  ClientOptions options = InProcessClientOptions(0, 3);
+  options.partition_bytes = 1024;  // as the workers cut them
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  for (const auto& [name, elements] :
+       {std::pair{"linreg.weight", kDim}, std::pair{"linreg.bias", 1}}) {
+    TensorSpec spec;
+    spec.name = name;
+    spec.num_elements = static_cast<uint64_t>(elements);
+    spec.optimizer = {"sgd", {{"lr", kLearningRate}}};
+    absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<TensorState> served = (*client)->ReadState(*id);
+    absl::StatusOr<TensorState> backup = (*client)->ReadBackupState(*id);
+    ASSERT_TRUE(served.ok()) << served.status();
+    ASSERT_TRUE(backup.ok()) << backup.status();
+    EXPECT_EQ(served->version, static_cast<uint64_t>(steps)) << name;
+    EXPECT_EQ(backup->version, served->version) << name;
+    EXPECT_EQ(backup->weights, served->weights) << name;  // bitwise
+  }
+  absl::StatusOr<std::vector<ShardStats>> stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& shard : *stats) {
+    EXPECT_GT(shard.backup_partitions, 0u) << "shard " << shard.shard_index;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,
+                         ::testing::ValuesIn(testing::TransportsUnderTest({})),
+                         [](const auto& info) { return testing::TestName(info.param); });
+
+}  // namespace
+}  // namespace hetps

@@ -1,0 +1,174 @@
+// Replication (--replicas 2) over every transport: each partition's backup on the next shard
+// holds bit for bit what its primary holds (weights, optimizer state, version, exactly-once
+// bookkeeping) after BSP steps, ASP pushes, initial values, hyperparameter changes and state
+// writes; and a push is acknowledged only once the backup has it.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_cluster.h"
+#include "tests/testing/transports.h"
+#include "tests/worker/client_test_fixture.h"
+#include "worker/client.h"
+
+namespace hetps {
+namespace {
+
+constexpr uint64_t kElements = 1000;  // 4 partitions of 256 floats (test clusters' 1 KiB)
+
+std::vector<float> Gradient(uint32_t rank, uint64_t step) {
+  std::vector<float> g(kElements);
+  for (uint64_t i = 0; i < kElements; ++i) g[i] = std::sin(0.01f * i + rank + 3.0f * step);
+  return g;
+}
+
+void ExpectSameState(Client& client, TensorId id, const char* what) {
+  SCOPED_TRACE(what);
+  absl::StatusOr<TensorState> served = client.ReadState(id);
+  absl::StatusOr<TensorState> backup = client.ReadBackupState(id);
+  ASSERT_TRUE(served.ok()) << served.status();
+  ASSERT_TRUE(backup.ok()) << backup.status();
+  EXPECT_EQ(served->version, backup->version);
+  EXPECT_EQ(served->weights, backup->weights);  // bitwise: no tolerance
+  EXPECT_EQ(served->slots, backup->slots);
+}
+
+class ClientReplicationTest : public testing::ClientClusterTest {
+ protected:
+  void StartReplicated(int shards, int workers) {
+    server::ServerOptions options;
+    options.replicas = 2;
+    StartCluster(shards, workers, options);
+  }
+  // Every primary partition's digest equals its backup's on the next shard.
+  void ExpectBackupsEqualPrimaries() {
+    const int shards = static_cast<int>(cluster_->addresses().size());
+    std::vector<std::vector<server::Shard::PartitionDigest>> digests;
+    for (int s = 0; s < shards; ++s) digests.push_back(cluster_->shard(s).PartitionDigests());
+    int compared = 0;
+    for (int s = 0; s < shards; ++s) {
+      for (const auto& primary : digests[s]) {
+        if (primary.backup) continue;
+        server::Shard::PartitionDigest expected = primary;
+        expected.backup = true;
+        const auto& next = digests[(s + 1) % shards];
+        EXPECT_NE(std::find(next.begin(), next.end(), expected), next.end())
+            << "partition " << primary.partition << " of tensor " << primary.tensor_key
+            << " on shard " << s << " has no equal backup on shard " << (s + 1) % shards;
+        ++compared;
+      }
+    }
+    EXPECT_GT(compared, 0);
+  }
+};
+
+TEST_P(ClientReplicationTest, BackupsHoldExactlyWhatTheirPrimariesHold) {
+  StartReplicated(3, 2);
+  c0_ = NewClient(0);
+  c1_ = NewClient(1);
+  TensorSpec adam = testing::Spec("adam", kElements);
+  adam.optimizer = {"adam", {{"lr", 0.01}, {"amsgrad", 1}}};
+  adam.init = Initializer::Uniform(-1, 1, 7);
+  TensorSpec valued = testing::Spec("valued", kElements);
+  valued.optimizer = {"sgd", {{"lr", 0.1}, {"momentum", 0.9}}};
+  valued.push_dtype = DType::kBf16;  // converted on the primary, sent to the backup as fp32
+  TensorSpec asp = testing::Spec("asp", kElements, 0.05, SyncMode::kAsp);
+  std::vector<float> values(kElements);
+  for (uint64_t i = 0; i < kElements; ++i) values[i] = 0.001f * i;
+  TensorId ids[3];
+  for (Client* worker : {c0_.get(), c1_.get()}) {
+    ASSERT_TRUE((ids[0] = *worker->Declare(adam)) != 0);
+    absl::StatusOr<TensorId> id = worker->Declare(valued, values);
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids[1] = *id;
+    ids[2] = *worker->Declare(asp);
+  }
+  ExpectSameState(*c0_, ids[1], "initial values");
+  ASSERT_TRUE(c0_->SetHyperparameters(ids[0], 2, {{"lr", 0.002}}).ok());
+
+  std::vector<float> w0(kElements), w1(kElements);
+  for (uint64_t step = 0; step < 4; ++step) {
+    for (TensorId id : {ids[0], ids[1]}) {
+      std::vector<float> g0 = Gradient(0, step), g1 = Gradient(1, step);
+      Operation a = c0_->PushPull(id, g0, absl::MakeSpan(w0), step);
+      Operation b = c1_->PushPull(id, g1, absl::MakeSpan(w1), step);
+      ASSERT_TRUE(a.Wait().ok()) << a.Wait();
+      ASSERT_TRUE(b.Wait().ok()) << b.Wait();
+      EXPECT_EQ(w0, w1);
+    }
+    std::vector<float> g = Gradient(0, step + 10);
+    ASSERT_TRUE(c0_->Push(ids[2], g, 0).Wait().ok());
+    ASSERT_TRUE(c1_->PushPull(ids[2], g, absl::MakeSpan(w1), 0).Wait().ok());
+  }
+  for (TensorId id : ids) ExpectSameState(*c1_, id, "after training");
+  ExpectBackupsEqualPrimaries();
+
+  // A state written (a checkpoint loaded) reaches the backups too, and training goes on.
+  absl::StatusOr<TensorState> state = c0_->ReadState(ids[0]);
+  ASSERT_TRUE(state.ok());
+  for (float& x : state->weights) x *= 0.5f;
+  ASSERT_TRUE(c0_->WriteState(ids[0], *state).ok());
+  ExpectSameState(*c0_, ids[0], "after a write");
+  std::vector<float> g0 = Gradient(0, 9), g1 = Gradient(1, 9);
+  Operation a = c0_->PushPull(ids[0], g0, absl::MakeSpan(w0), state->version);
+  ASSERT_TRUE(c1_->Push(ids[0], g1, state->version).Wait().ok());
+  ASSERT_TRUE(a.Wait().ok());
+  ExpectBackupsEqualPrimaries();
+
+  for (int s = 0; s < 3; ++s) {
+    const hetps::v1::StatsResponse stats = cluster_->shard(s).Stats();
+    EXPECT_GT(stats.backup_partitions(), 0u) << "shard " << s;
+  }
+}
+
+// Shard 1 (shard 0's backup) is gone: shard 0 applies a push but does not acknowledge it, and
+// the worker's error says the backup has not confirmed it.
+TEST_P(ClientReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHoldsIt) {
+  StartReplicated(2, 1);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.call_timeout = absl::Seconds(1);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<TensorId> id = (*client)->Declare(testing::Spec("w", kElements));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g = Gradient(0, 0), w(kElements);
+  ASSERT_TRUE((*client)->PushPull(*id, g, absl::MakeSpan(w), 0).Wait().ok());
+
+  cluster_->shard(1).Shutdown();
+  absl::StatusOr<std::vector<TensorPartition>> partitions = (*client)->Partitions(*id);
+  ASSERT_TRUE(partitions.ok());
+  uint32_t on_shard_0 = PartitionSpan::kAll;
+  for (uint32_t p = 0; p < partitions->size(); ++p) {
+    if ((*partitions)[p].shard == 0) on_shard_0 = p;
+  }
+  ASSERT_NE(on_shard_0, PartitionSpan::kAll);
+  const TensorPartition& partition = (*partitions)[on_shard_0];
+  PushItem item{*id, absl::MakeConstSpan(g).subspan(partition.begin, partition.size),
+                PartitionSpan{on_shard_0, 1}};
+  const absl::Status status = (*client)->Push(absl::MakeConstSpan(&item, 1), 1).Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "backup")) << status;
+  EXPECT_GT(cluster_->shard(0).Stats().replication_resends(), 0u);
+}
+
+TEST_P(ClientReplicationTest, WithoutReplicationThereIsNoBackupToRead) {
+  StartCluster(2, 1);
+  c0_ = NewClient(0);
+  absl::StatusOr<TensorId> id = c0_->Declare(testing::Spec("w", kElements));
+  ASSERT_TRUE(id.ok());
+  const absl::StatusOr<TensorState> backup = c0_->ReadBackupState(*id);
+  EXPECT_EQ(backup.status().code(), absl::StatusCode::kFailedPrecondition) << backup.status();
+  EXPECT_TRUE(absl::StrContains(backup.status().message(), "no backup")) << backup.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ClientReplicationTest,
+                         ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"})),
+                         [](const auto& info) { return testing::TestName(info.param); });
+
+}  // namespace
+}  // namespace hetps
