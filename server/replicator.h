@@ -62,7 +62,9 @@ class Replicator {
 
  private:
   struct Batch;
+  // Connects if need be (replicator thread only), then calls.
   void Attempt(std::shared_ptr<Batch> batch);
+  void Call(transport::Connection& connection, std::shared_ptr<Batch> batch);
   void Retry(std::shared_ptr<Batch> batch, const absl::Status& why);
   void Finish(Batch& batch, absl::Status status);
   bool Stopped() const;
@@ -73,10 +75,12 @@ class Replicator {
   transport::Transport* const transport_;
   TimerQueue* const timers_;
   std::unique_ptr<TaskThread> thread_;
-  std::unique_ptr<transport::Connection> connection_;  // replicator thread only
+  std::unique_ptr<transport::Connection> connection_;  // made on the replicator thread
 
   mutable absl::Mutex mu_;
   std::string backup_address_ ABSL_GUARDED_BY(mu_);
+  // connection_ once it is made (it is never replaced: it reconnects by itself).
+  transport::Connection* connected_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   // Batches not yet applied, so that Stop can end them.
   std::vector<std::weak_ptr<Batch>> open_ ABSL_GUARDED_BY(mu_);

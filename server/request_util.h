@@ -18,6 +18,10 @@
 
 namespace hetps::server {
 
+// Requests (or replicated batches) over partitions of at most this many bytes may run on the
+// receiving thread.
+inline constexpr uint64_t kRunHereBytes = 64 << 10;
+
 // Parses `bytes` into `message`; InvalidArgument when they are not a `Message`.
 template <typename Message>
 absl::Status ParseHeaderInto(const std::string& bytes, Message& message) {

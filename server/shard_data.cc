@@ -18,9 +18,6 @@
 namespace hetps::server {
 namespace {
 
-// Requests over partitions of at most this many bytes may run on the receiving thread.
-constexpr uint64_t kRunHereBytes = 64 << 10;
-
 // The version a push-pull returns: BSP waits for the step it pushed to be applied; ASP returns
 // the weights right after its own push was applied.
 uint64_t PushPullVersion(const Tensor& tensor, uint64_t step) {

@@ -43,7 +43,7 @@ void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> cha
   replicator_->Send(std::move(changes), [this, &partition](absl::Status status) {
     // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
     if (!status.ok()) return;
-    owners_[partition.owner()]->Post([&partition] { partition.Replicated(); });
+    owners_[partition.owner()]->RunHereOrPost([&partition] { partition.Replicated(); });
   });
 }
 
@@ -111,7 +111,7 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
                                    "owner threads"));
     return;
   }
-  const bool posted = owners_[owner]->Post([pending, changes, items = std::move(items)]() mutable {
+  auto apply = [pending, changes, items = std::move(items)]() mutable {
     for (size_t i = 0; i < items.size(); ++i) {
       absl::Status applied = items[i].partition->ApplyReplicated(
           changes->changes(static_cast<int>(i)), std::move(items[i].bytes));
@@ -121,7 +121,12 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
       }
     }
     pending->CompleteItem(0);
-  });
+  };
+  // A small batch is applied on the receiving thread when its owner is idle (as small data
+  // requests are): waking the owner would cost more than the update.
+  const bool posted = request.payload.size() <= kRunHereBytes
+                          ? owners_[owner]->RunHereOrPost(std::move(apply))
+                          : owners_[owner]->Post(absl::AnyInvocable<void()>(std::move(apply)));
   if (!posted) {
     pending->Fail(
         absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index)));

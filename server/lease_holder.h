@@ -1,0 +1,60 @@
+// LeaseHolder: holds an etcd lease for this process, renewing it on its own thread every third
+// of its time to live.
+//
+// valid_until() is the latest moment the lease is sure to hold: when the last acknowledged
+// renewal was *sent*, plus the time to live etcd granted. A renewal delayed on the way shortens
+// it, never lengthens it, so a holder that acts only while now < valid_until() never acts after
+// etcd has ended the lease (clocks of one machine; etcd measures from when it got the renewal,
+// which is later). Once renewals fail, the holder keeps trying until that moment; past it the
+// lease is lost for good (etcd has ended it, or will) and held() says so.
+//
+// Thread-safe.
+#ifndef HETPS_SERVER_LEASE_HOLDER_H_
+#define HETPS_SERVER_LEASE_HOLDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "server/etcd_client.h"
+
+namespace hetps::server {
+
+class LeaseHolder {
+ public:
+  // Grants a lease of `ttl` (whole seconds; etcd may grant more, see GrantLease) and starts
+  // renewing it. `etcd` must outlive the holder.
+  static absl::StatusOr<std::unique_ptr<LeaseHolder>> Start(EtcdClient* etcd, absl::Duration ttl);
+  ~LeaseHolder();  // Stop(/*revoke=*/false)
+
+  int64_t id() const { return id_; }
+  absl::Duration ttl() const { return ttl_; }  // as granted
+  absl::Time valid_until() const;
+  bool held(absl::Time now = absl::Now()) const { return now < valid_until(); }
+  // Stops renewing; with `revoke`, ends the lease at once (its keys go now, not after the time
+  // to live). Idempotent.
+  void Stop(bool revoke);
+
+ private:
+  LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl, absl::Time valid_until);
+  void Run();
+
+  EtcdClient* const etcd_;
+  const int64_t id_;
+  const absl::Duration ttl_;
+  mutable absl::Mutex mu_;
+  absl::Time valid_until_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+  std::once_flag joined_;
+};
+
+}  // namespace hetps::server
+
+#endif  // HETPS_SERVER_LEASE_HOLDER_H_

@@ -1,0 +1,127 @@
+// The etcd client and lease holder against a real etcd (Debian's etcd-server, started for each
+// test on 127.0.0.1): keys, compare-and-swap, leases that end with their keys, and a holder
+// that knows when its lease can no longer be trusted.
+#include "server/etcd_client.h"
+
+#include <signal.h>
+
+#include <memory>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "server/lease_holder.h"
+#include "tests/testing/etcd_process.h"
+
+namespace hetps::server {
+namespace {
+
+class EtcdClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto etcd = testing::EtcdProcess::Start();
+    if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    auto client = EtcdClient::Connect(etcd_->endpoint());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // Waits (bounded) until `key` is gone; false if it is still there at the deadline.
+  bool GoneWithin(const std::string& key, absl::Duration limit) {
+    const absl::Time deadline = absl::Now() + limit;
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::optional<EtcdClient::Value>> value = client_->Get(key);
+      if (value.ok() && !value->has_value()) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+};
+
+TEST_F(EtcdClientTest, KeysArePutReadByPrefixAndDeleted) {
+  ASSERT_TRUE(client_->Put("/job/a/1", "one").ok());
+  ASSERT_TRUE(client_->Put("/job/a/2", "two").ok());
+  ASSERT_TRUE(client_->Put("/job/b", "other").ok());
+  absl::StatusOr<std::optional<EtcdClient::Value>> one = client_->Get("/job/a/1");
+  ASSERT_TRUE(one.ok() && one->has_value()) << one.status();
+  EXPECT_EQ((*one)->value, "one");
+  EXPECT_GT((*one)->mod_revision, 0);
+  absl::StatusOr<std::map<std::string, EtcdClient::Value>> prefix = client_->GetPrefix("/job/a/");
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  ASSERT_EQ(prefix->size(), 2u);
+  EXPECT_EQ(prefix->at("/job/a/2").value, "two");
+  ASSERT_TRUE(client_->Delete("/job/a/1").ok());
+  absl::StatusOr<std::optional<EtcdClient::Value>> gone = client_->Get("/job/a/1");
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(gone->has_value());
+}
+
+TEST_F(EtcdClientTest, PutIfIsACompareAndSwapOnTheKeysRevision) {
+  // Created only if absent: the first of two contenders wins.
+  absl::StatusOr<bool> first = client_->PutIf("/job/primary", 0, "shard 0");
+  absl::StatusOr<bool> second = client_->PutIf("/job/primary", 0, "shard 1");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(*first);
+  EXPECT_FALSE(*second);
+  auto current = client_->Get("/job/primary");
+  ASSERT_TRUE(current.ok() && current->has_value());
+  EXPECT_EQ((*current)->value, "shard 0");
+  // Replaced only by whoever read the current revision.
+  absl::StatusOr<bool> swapped =
+      client_->PutIf("/job/primary", (*current)->mod_revision, "shard 2");
+  absl::StatusOr<bool> stale = client_->PutIf("/job/primary", (*current)->mod_revision, "shard 3");
+  ASSERT_TRUE(swapped.ok() && stale.ok());
+  EXPECT_TRUE(*swapped);
+  EXPECT_FALSE(*stale);
+  EXPECT_EQ((*client_->Get("/job/primary"))->value, "shard 2");
+}
+
+TEST_F(EtcdClientTest, AKeyPutWithALeaseGoesWhenTheLeaseEnds) {
+  absl::StatusOr<EtcdClient::Lease> lease = client_->GrantLease(absl::Seconds(1));
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->ttl, absl::Seconds(1));
+  ASSERT_TRUE(client_->Put("/job/alive", "yes", lease->id).ok());
+  absl::StatusOr<absl::Duration> renewed = client_->RenewLease(lease->id);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(*renewed, absl::Seconds(1));
+  EXPECT_TRUE(GoneWithin("/job/alive", absl::Seconds(10)));
+  EXPECT_EQ(client_->RenewLease(lease->id).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
+  absl::StatusOr<std::unique_ptr<LeaseHolder>> holder =
+      LeaseHolder::Start(client_.get(), absl::Seconds(1));
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  ASSERT_TRUE(client_->Put("/job/alive", "yes", (*holder)->id()).ok());
+  // Renewed: the key outlives several times to live.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_TRUE((*holder)->held());
+  auto alive = client_->Get("/job/alive");
+  ASSERT_TRUE(alive.ok());
+  EXPECT_TRUE(alive->has_value());
+
+  // etcd stops answering: within a time to live the holder no longer claims the lease.
+  ASSERT_TRUE(etcd_->process().Stop());
+  const absl::Time stopped = absl::Now();
+  while ((*holder)->held() && absl::Now() < stopped + absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE((*holder)->held());
+  EXPECT_LE(absl::Now() - stopped, absl::Seconds(1) + absl::Milliseconds(500));
+  etcd_->process().Signal(SIGCONT);
+  (*holder)->Stop(/*revoke=*/false);
+}
+
+TEST(EtcdClientUnreachableTest, ConnectingToNothingFailsWithinTheTimeout) {
+  const absl::Time start = absl::Now();
+  auto client = EtcdClient::Connect("127.0.0.1:1", absl::Milliseconds(300));
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable) << client.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace hetps::server
