@@ -68,6 +68,9 @@ ABSL_FLAG(std::string, plot, "", "Write an SVG plot of latency and throughput ag
 ABSL_FLAG(std::string, replicas, "1",
           "Embedded mode: copies of each partition (ps-server --replicas), or a list of them "
           "measured one after the other on fresh shards, e.g. 1,2,1,2");
+ABSL_FLAG(std::string, etcd, "",
+          "Embedded mode with --replicas 2: etcd's address (host:port), where the shards hold "
+          "their leases");
 ABSL_FLAG(std::string, security, "off",
           "Embedded mode: off, token, tls, token+tls, or a list of them measured one after the "
           "other on fresh shards (tls needs --tls_dir). With --servers the client presents what "
@@ -214,9 +217,10 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
     for (absl::string_view copies : absl::StrSplit(absl::GetFlag(FLAGS_replicas), ',')) {
       uint32_t replicas = 0;
       if (!absl::SimpleAtoi(copies, &replicas) || replicas < 1 || replicas > 2 ||
-          (replicas == 2 && plan.shards < 2)) {
+          (replicas == 2 && (plan.shards < 2 || absl::GetFlag(FLAGS_etcd).empty()))) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--replicas takes 1 or 2 (2 needs --shards of 2 or more), not '", copies, "'"));
+            "--replicas takes 1 or 2 (2 needs --shards of 2 or more and --etcd), not '", copies,
+            "'"));
       }
       plan.replicas.push_back(replicas);
     }
@@ -435,6 +439,7 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
     options.tls_cert_file = security.shard_tls_cert_file;
     options.tls_key_file = security.shard_tls_key_file;
     options.replicas = replicas;
+    if (replicas > 1) options.etcd = absl::GetFlag(FLAGS_etcd);
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> shard,
                            server::ShardServer::Start(options));
     servers->push_back(shard->address());

@@ -16,16 +16,11 @@ absl::StatusOr<std::unique_ptr<LeaseHolder>> LeaseHolder::Start(EtcdClient* etcd
 }
 
 LeaseHolder::LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl, absl::Time valid_until)
-    : etcd_(etcd), id_(id), ttl_(ttl), valid_until_(valid_until) {
+    : etcd_(etcd), id_(id), ttl_(ttl), valid_until_ns_(absl::ToUnixNanos(valid_until)) {
   thread_ = std::thread([this] { Run(); });
 }
 
 LeaseHolder::~LeaseHolder() { Stop(/*revoke=*/false); }
-
-absl::Time LeaseHolder::valid_until() const {
-  absl::MutexLock lock(&mu_);
-  return valid_until_;
-}
 
 void LeaseHolder::Run() {
   const absl::Duration period = ttl_ / 3;
@@ -33,7 +28,7 @@ void LeaseHolder::Run() {
   while (!stopping_) {
     // Renew a third of the way through; after a failure, try again sooner, until it is lost.
     const absl::Time now = absl::Now();
-    if (now >= valid_until_) {
+    if (now >= valid_until()) {
       LogWarning("etcd lease %x ended: it could not be renewed in time", id_);
       return;
     }
@@ -43,9 +38,10 @@ void LeaseHolder::Run() {
     mu_.Lock();
     absl::Duration pause = period;
     if (renewed.ok()) {
-      valid_until_ = std::max(valid_until_, sent + *renewed);
+      valid_until_ns_.store(std::max(valid_until_ns_.load(), absl::ToUnixNanos(sent + *renewed)),
+                            std::memory_order_release);
     } else if (renewed.status().code() == absl::StatusCode::kNotFound) {
-      valid_until_ = absl::InfinitePast();  // etcd has ended it
+      valid_until_ns_.store(0, std::memory_order_release);  // etcd has ended it
       LogWarning("etcd lease %x ended: %s", id_, renewed.status().ToString());
       return;
     } else {
@@ -66,8 +62,7 @@ void LeaseHolder::Stop(bool revoke) {
   if (revoke) {
     absl::Status revoked = etcd_->RevokeLease(id_);
     if (!revoked.ok()) LogWarning("etcd lease %x not revoked: %s", id_, revoked.ToString());
-    absl::MutexLock lock(&mu_);
-    valid_until_ = absl::InfinitePast();
+    valid_until_ns_.store(0, std::memory_order_release);
   }
 }
 

@@ -12,6 +12,7 @@
 #ifndef HETPS_SERVER_LEASE_HOLDER_H_
 #define HETPS_SERVER_LEASE_HOLDER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -35,7 +36,10 @@ class LeaseHolder {
 
   int64_t id() const { return id_; }
   absl::Duration ttl() const { return ttl_; }  // as granted
-  absl::Time valid_until() const;
+  absl::Time valid_until() const {
+    return absl::FromUnixNanos(valid_until_ns_.load(std::memory_order_acquire));
+  }
+  // Lock-free: shards ask on every request.
   bool held(absl::Time now = absl::Now()) const { return now < valid_until(); }
   // Stops renewing; with `revoke`, ends the lease at once (its keys go now, not after the time
   // to live). Idempotent.
@@ -48,8 +52,9 @@ class LeaseHolder {
   EtcdClient* const etcd_;
   const int64_t id_;
   const absl::Duration ttl_;
+  // Written by the renewing thread (and Stop), read by any.
+  std::atomic<int64_t> valid_until_ns_;
   mutable absl::Mutex mu_;
-  absl::Time valid_until_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
   std::once_flag joined_;

@@ -88,6 +88,13 @@ ABSL_FLAG(std::string, restore, "",
 ABSL_FLAG(uint32_t, replicas, 1,
           "Copies of each partition: 1, or 2 (each shard also keeps a backup of the previous "
           "shard's partitions and acknowledges a push only once its backup applied it too)");
+ABSL_FLAG(std::string, etcd, "",
+          "etcd's client address (host:port), needed with --replicas 2: the shard holds a lease "
+          "there, registers its address and finds the other shards'");
+ABSL_FLAG(double, lease_s, 2,
+          "With --etcd: how long the shard's lease lasts without renewal (whole seconds, at "
+          "least 1; renewed every third of it). A shard that cannot renew it in time "
+          "acknowledges no update");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "Every shard's address (host:port), in shard order, as workers list them: where a "
           "shard finds its backup with --replicas 2. Empty: learnt from the workers' hello");
@@ -162,6 +169,7 @@ int main(int argc, char** argv) {
   RequireFlagInRange("shard_index", uint64_t{absl::GetFlag(FLAGS_shard_index)}, 0,
                      uint64_t{absl::GetFlag(FLAGS_num_shards)} - 1);
   RequireFlagInRange("replicas", uint64_t{absl::GetFlag(FLAGS_replicas)}, 1, 2);
+  RequireFlagInRange("lease_s", absl::GetFlag(FLAGS_lease_s), 1, 3600);
   RequireFlagInRange("num_workers", uint64_t{absl::GetFlag(FLAGS_num_workers)}, 1, 1 << 20);
   RequireFlagInRange("threads", int64_t{absl::GetFlag(FLAGS_threads)}, 0,
                      hetps::server::ServerOptions::kMaxThreads);
@@ -221,6 +229,8 @@ int main(int argc, char** argv) {
   options.restore_dir = absl::GetFlag(FLAGS_restore);
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.servers = absl::GetFlag(FLAGS_servers);
+  options.etcd = absl::GetFlag(FLAGS_etcd);
+  options.lease_ttl = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
 
   absl::StatusOr<std::unique_ptr<hetps::server::ShardServer>> server =
       hetps::server::ShardServer::Start(options);

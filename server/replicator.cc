@@ -86,6 +86,11 @@ absl::StatusOr<transport::Connection*> Replicator::Connection() {
     absl::MutexLock lock(&mu_);
     address = backup_address_;
   }
+  if (options_.find_backup) {  // authoritative where it is given (etcd)
+    absl::StatusOr<std::string> found = options_.find_backup();
+    if (!found.ok()) return found.status();
+    address = *found;
+  }
   if (address.empty()) {
     return absl::UnavailableError(
         "its address is not known yet (ps-server --servers, or a worker's hello lists it)");

@@ -14,6 +14,7 @@
 #define HETPS_SERVER_REPLICATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,8 +37,10 @@ struct ReplicatorOptions {
   uint32_t num_shards = 1;
   std::string job_id;
   std::string auth_token;
-  // The backup's address; empty until SetBackupAddress.
+  // The backup's address (empty until SetBackupAddress), unless `find_backup` is given: then
+  // that finds it (etcd's registration) each time the replicator connects.
   std::string backup_address;
+  std::function<absl::StatusOr<std::string>()> find_backup;
   // Longest one attempt waits to connect, and for the backup's answer.
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration attempt_timeout = absl::Seconds(30);

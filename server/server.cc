@@ -37,6 +37,14 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrFormat("replicas must be 1 or 2, not %d", options.replicas));
   }
+  if (options.replicas == 2 && options.etcd.empty()) {
+    return absl::InvalidArgumentError(
+        "replicas 2 needs etcd (--etcd host:port): the shards hold leases there and find each "
+        "other through it (deploy/local/cluster.sh starts one for a local cluster)");
+  }
+  if (options.lease_ttl < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("the etcd lease must last a second or more");
+  }
   if (options.replicas == 2 && options.num_shards < 2) {
     return absl::InvalidArgumentError(
         "replicas 2 needs 2 shards or more: a partition's backup lives on another shard");
@@ -102,6 +110,8 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.replicas = options.replicas;
   shard_options.servers = options.servers;
   shard_options.peer_transport = server->transport_.get();
+  shard_options.etcd = options.etcd;
+  shard_options.lease_ttl = options.lease_ttl;
   if (shard_options.max_memory_bytes == 0) {
     const long pages = sysconf(_SC_PHYS_PAGES);
     const long page_bytes = sysconf(_SC_PAGESIZE);
@@ -120,8 +130,10 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
     LogInfo("shard %d: restored step %d from %s", options.shard_index, part.header.step(),
             part.path);
   }
+  HETPS_RETURN_IF_ERROR(server->shard_->JoinCluster());
   HETPS_ASSIGN_OR_RETURN(server->listener_,
                          server->transport_->Listen(options.listen_address, server->shard_.get()));
+  HETPS_RETURN_IF_ERROR(server->shard_->Register(server->listener_->address()));
   return server;
 }
 

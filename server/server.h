@@ -64,6 +64,11 @@ struct ServerOptions {
   // them from the first worker's hello.
   uint32_t replicas = 1;
   std::vector<std::string> servers;
+  // etcd ("host:port"), needed with 2 replicas: the shards hold leases there and find each
+  // other; `lease_ttl` (whole seconds) is how long a shard that stops renewing its lease keeps
+  // it.
+  std::string etcd;
+  absl::Duration lease_ttl = absl::Seconds(2);
 
   // --- Where and how it listens ---
 

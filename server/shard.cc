@@ -83,6 +83,9 @@ Shard::Shard(const ShardOptions& options)
     if (options_.servers.size() == options_.num_shards) {
       replication.backup_address = options_.servers[BackupShard()];
     }
+    if (!options_.etcd.empty()) {
+      replication.find_backup = [this] { return FindMember(BackupShard()); };
+    }
     replicator_ = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
   }
 }
@@ -105,6 +108,7 @@ void Shard::Stop() {
   barrier_.FailAll(stopping);
   declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
   if (replicator_ != nullptr) replicator_->Stop();
+  if (lease_ != nullptr) lease_->Stop(/*revoke=*/true);
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     owners_[owner]->Post([this, owner, stopping] {
       table_.ForEach([&](const Tensor& tensor) {
@@ -131,6 +135,14 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
     if (!result.ok()) ShardMetrics::Add(metrics->failed_requests, 1);
     reply(std::move(result));
   };
+  // Without its lease the shard may have been replaced: it changes and serves no state.
+  if (lease_ != nullptr && request.method != hetps::v1::METHOD_HELLO &&
+      request.method != hetps::v1::METHOD_STATS && request.method != hetps::v1::METHOD_ECHO) {
+    if (absl::Status leased = CheckLease(); !leased.ok()) {
+      reply(leased);
+      return;
+    }
+  }
   switch (request.method) {
     case hetps::v1::METHOD_HELLO:
       reply(Hello(request));

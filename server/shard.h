@@ -26,6 +26,8 @@
 #include "proto/ps.pb.h"
 #include "server/barrier.h"
 #include "server/checkpoint.h"
+#include "server/etcd_client.h"
+#include "server/lease_holder.h"
 #include "server/metrics.h"
 #include "server/pending_request.h"
 #include "server/replicator.h"
@@ -63,6 +65,11 @@ struct ShardOptions {
   uint32_t replicas = 1;
   std::vector<std::string> servers;
   transport::Transport* peer_transport = nullptr;
+  // etcd ("host:port") where the shard holds a lease and registers its address
+  // (/hetps/<job>/shards/<index>), and finds its backup's; required with 2 replicas. A shard
+  // whose lease can no longer be trusted acknowledges no update (server/lease_holder.h).
+  std::string etcd;
+  absl::Duration lease_ttl = absl::Seconds(2);
 };
 
 class Shard final : public transport::RequestHandler {
@@ -90,8 +97,15 @@ class Shard final : public transport::RequestHandler {
   // Lets go of the pulls its requests left waiting.
   void Disconnected(uint64_t connection_id) override;
 
+  // With ShardOptions::etcd (server/shard_membership.cc): takes a lease, before the shard
+  // serves; then registers the address it listens on under it. Unavailable if etcd cannot be
+  // reached.
+  absl::Status JoinCluster();
+  absl::Status Register(const std::string& address);
+
   // Answers waiting pulls and barriers with Unavailable and stops the owner threads; later
-  // requests are answered Unavailable. Idempotent.
+  // requests are answered Unavailable. Ends the etcd lease (the registration goes at once).
+  // Idempotent.
   void Stop();
 
   hetps::v1::StatsResponse Stats() const;
@@ -155,6 +169,13 @@ class Shard final : public transport::RequestHandler {
   // The shard whose partitions this one backs up, and the one that backs up this one's.
   uint32_t PrimaryOfBackups() const;
   uint32_t BackupShard() const;
+  // The etcd key of shard `index`'s registration.
+  std::string MemberKey(uint32_t index) const;
+  // Where shard `index` listens, as registered in etcd. Unavailable while it is not.
+  absl::StatusOr<std::string> FindMember(uint32_t index) const;
+  // OK while the shard may acknowledge updates: without etcd always; with etcd while its
+  // lease is held. Unavailable, saying why, once it is not.
+  absl::Status CheckLease() const;
   // This shard's partitions of BSP tensors (what checkpoints hold), with their tensor keys.
   std::vector<std::pair<uint64_t, Partition*>> CheckpointedPartitions() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
@@ -227,7 +248,10 @@ class Shard final : public transport::RequestHandler {
   std::vector<std::unique_ptr<TaskThread>> owners_;
   // Creates declared tensors, off the transport threads.
   std::unique_ptr<TaskThread> declarer_;
-  std::unique_ptr<ThreadPool> kernels_;     // spreads the updates of large partitions
+  std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
+  // Before the replicator, which asks it where the backup is.
+  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<LeaseHolder> lease_;      // with etcd, from JoinCluster on
   std::unique_ptr<Replicator> replicator_;  // replicas 2 only
   // Connections from the primary of this shard's backups: the only ones that may replicate.
   absl::Mutex peers_mu_;

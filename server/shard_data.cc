@@ -272,6 +272,8 @@ void Shard::ExplainWait(void* shard, std::shared_ptr<PendingRequest> request,
       if (--explanation->owners_left > 0) return;
       all = std::move(explanation->reasons);
     }
+    if (absl::Status leased = self->CheckLease(); !leased.ok())
+      all.insert(all.begin(), std::string(leased.message()));
     const std::string why =
         all.empty() ? absl::StrFormat("%d of %d partitions did not reach the wanted version",
                                       request->remaining(), total)

@@ -43,6 +43,9 @@ void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> cha
   replicator_->Send(std::move(changes), [this, &partition](absl::Status status) {
     // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
     if (!status.ok()) return;
+    // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
+    // (its waiting requests end at their deadlines, saying why).
+    if (!CheckLease().ok()) return;
     owners_[partition.owner()]->RunHereOrPost([&partition] { partition.Replicated(); });
   });
 }

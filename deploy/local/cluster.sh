@@ -5,6 +5,9 @@
 #
 #   deploy/local/cluster.sh [--build_dir build] [--shards 2] [--workers 2] [--steps 30]
 #                           [--sync bsp|asp] [--transport ucx|grpc] [--auth_token_file FILE]
+#                           [--replicas 1|2]
+# With --replicas 2 every partition also lives on the next shard, and an etcd is started for
+# the run (deploy/local/etcd.sh), where the shards hold their leases.
 # The transport defaults to UCX where hetps is built with it. The job's token comes from
 # --auth_token_file, else $HETPS_AUTH_TOKEN, else a new random one for this run.
 set -euo pipefail
@@ -16,6 +19,7 @@ steps=30
 sync=bsp
 transport=()
 token_file=""
+replicas=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build_dir) build_dir=$2; shift 2 ;;
@@ -25,7 +29,8 @@ while [ $# -gt 0 ]; do
     --sync) sync=$2; shift 2 ;;
     --transport) transport=(--transport "$2"); shift 2 ;;
     --auth_token_file) token_file=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --replicas) replicas=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -41,6 +46,7 @@ done
 
 run_dir=$(mktemp -d)
 server_pids=()
+ETCD_PID=""
 cleanup() {
   for pid in "${server_pids[@]}"; do
     kill "$pid" 2>/dev/null || true
@@ -48,9 +54,24 @@ cleanup() {
   for pid in "${server_pids[@]}"; do
     wait "$pid" 2>/dev/null || true
   done
+  # After the shards, which end their leases there.
+  if [ -n "$ETCD_PID" ]; then
+    kill "$ETCD_PID" 2>/dev/null || true
+    wait "$ETCD_PID" 2>/dev/null || true
+  fi
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
+
+replication=(--replicas "$replicas")
+if [ "$replicas" -gt 1 ]; then
+  # shellcheck source=etcd.sh
+  source "$(dirname "$0")/etcd.sh"
+  mkdir -p "$run_dir/etcd"
+  start_etcd "$run_dir/etcd"
+  echo "etcd for the shards' leases on $ETCD_ENDPOINT"
+  replication+=(--etcd "$ETCD_ENDPOINT")
+fi
 
 # Only this job's workers may reach its shards: they share a token, given or made here.
 if [ -z "$token_file" ]; then
@@ -64,6 +85,7 @@ for ((i = 0; i < shards; i++)); do
   # --lifetime_s: the shards end by themselves even if this script is killed.
   "$server" --host 127.0.0.1 --port 0 --port_file "$run_dir/port$i" --shard_index "$i" \
     --num_shards "$shards" --num_workers "$workers" --lifetime_s 900 "${transport[@]}" "${auth[@]}" \
+    "${replication[@]}" \
     >"$run_dir/shard$i.log" 2>&1 &
   server_pids+=($!)
 done

@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/integration/example_job.h"
+#include "tests/testing/etcd_process.h"
 #include "worker/client.h"
 
 namespace hetps {
@@ -20,8 +21,10 @@ using integration::WorkerLog;
 using ReplicationTest = integration::ExampleJobTest;
 
 TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsItsPrimary) {
-  // Shards learn each other's addresses from the workers' hello (no --servers).
-  ASSERT_TRUE(StartCluster(3, 3, {"--replicas=2"}).ok());
+  // The shards hold leases in etcd and find each other there (no --servers).
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_TRUE(StartCluster(3, 3, {"--replicas=2", "--etcd=" + (*etcd)->endpoint()}).ok());
   const int steps = 40;
   std::vector<std::unique_ptr<integration::Subprocess>> workers = StartWorkers(3, steps, "bsp");
   for (int r = 0; r < 3; ++r) {

@@ -2,6 +2,8 @@
 // holds bit for bit what its primary holds (weights, optimizer state, version, exactly-once
 // bookkeeping) after BSP steps, ASP pushes, initial values, hyperparameter changes and state
 // writes; and a push is acknowledged only once the backup has it.
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/etcd_process.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -41,8 +44,13 @@ void ExpectSameState(Client& client, TensorId id, const char* what) {
 class ClientReplicationTest : public testing::ClientClusterTest {
  protected:
   void StartReplicated(int shards, int workers) {
+    auto etcd = testing::EtcdProcess::Start();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
     server::ServerOptions options;
     options.replicas = 2;
+    options.etcd = etcd_->endpoint();
+    options.lease_ttl = absl::Seconds(1);
     StartCluster(shards, workers, options);
   }
   // Every primary partition's digest equals its backup's on the next shard.
@@ -65,6 +73,15 @@ class ClientReplicationTest : public testing::ClientClusterTest {
     }
     EXPECT_GT(compared, 0);
   }
+
+  // The workers and shards go before etcd (they end their leases there).
+  void TearDown() override {
+    c0_.reset();
+    c1_.reset();
+    cluster_.reset();
+  }
+
+  std::unique_ptr<testing::EtcdProcess> etcd_;
 };
 
 TEST_P(ClientReplicationTest, BackupsHoldExactlyWhatTheirPrimariesHold) {
@@ -154,6 +171,41 @@ TEST_P(ClientReplicationTest, APushIsAcknowledgedOnlyOnceTheBackupHoldsIt) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_TRUE(absl::StrContains(status.message(), "backup")) << status;
   EXPECT_GT(cluster_->shard(0).Stats().replication_resends(), 0u);
+}
+
+// etcd stops answering: within its lease's time to live a shard stops serving (UNAVAILABLE,
+// which the worker retries until its deadline), and a push it gets then is refused and changes
+// nothing: no shard acknowledges an update once another may have taken its partitions over.
+TEST_P(ClientReplicationTest, AShardThatCannotRenewItsLeaseAcknowledgesNothing) {
+  StartReplicated(2, 1);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.call_timeout = absl::Seconds(1);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  c0_ = *std::move(client);
+  absl::StatusOr<TensorId> id = c0_->Declare(testing::Spec("w", kElements));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g = Gradient(0, 0), w(kElements);
+  ASSERT_TRUE(c0_->PushPull(*id, g, absl::MakeSpan(w), 0).Wait().ok());
+
+  ASSERT_TRUE(etcd_->process().Stop());
+  const absl::Time stopped = absl::Now();
+  absl::Status pulled;
+  while (absl::Now() < stopped + absl::Seconds(10)) {
+    pulled = c0_->Pull(*id, absl::MakeSpan(w), 1).Wait();
+    if (!pulled.ok()) break;
+  }
+  EXPECT_EQ(pulled.code(), absl::StatusCode::kDeadlineExceeded) << pulled;
+  EXPECT_TRUE(absl::StrContains(pulled.message(), "lost its etcd lease")) << pulled;
+  // The lease lasts 1 s, the call 1 s more.
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(4));
+
+  const uint64_t before = cluster_->shard(0).StateDigest() ^ cluster_->shard(1).StateDigest();
+  const absl::Status pushed = c0_->PushPull(*id, g, absl::MakeSpan(w), 1).Wait();
+  EXPECT_EQ(pushed.code(), absl::StatusCode::kDeadlineExceeded) << pushed;
+  EXPECT_TRUE(absl::StrContains(pushed.message(), "lost its etcd lease")) << pushed;
+  EXPECT_EQ(cluster_->shard(0).StateDigest() ^ cluster_->shard(1).StateDigest(), before);
+  etcd_->process().Signal(SIGCONT);
 }
 
 TEST_P(ClientReplicationTest, WithoutReplicationThereIsNoBackupToRead) {
