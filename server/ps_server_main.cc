@@ -45,7 +45,8 @@ ABSL_FLAG(uint32_t, max_pending_steps, 4,
 ABSL_FLAG(double, max_wait_s, 600, "Longest a pull or barrier waits, in seconds");
 ABSL_FLAG(uint64_t, max_memory_bytes, 0,
           "Tensor memory (weights, optimizer state, gradient buffers) the shard may hold; "
-          "declarations beyond it are refused. 0: 90% of the machine's memory");
+          "declarations beyond it are refused. 0: 90% of the machine's memory or of the "
+          "container's limit (cgroup v2 memory.max, v1 memory.limit_in_bytes), whichever is less");
 #ifdef HETPS_HAVE_UCX
 ABSL_FLAG(std::string, transport, "ucx",
           "ucx (UCX and gRPC on the same port: workers may use either) or grpc");

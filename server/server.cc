@@ -1,12 +1,11 @@
 #include "server/server.h"
 
-#include <unistd.h>
-
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/memory_limit.h"
 #include "common/runtime.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
@@ -113,11 +112,11 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
   shard_options.etcd = options.etcd;
   shard_options.lease_ttl = options.lease_ttl;
   if (shard_options.max_memory_bytes == 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_bytes = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page_bytes > 0) {
-      shard_options.max_memory_bytes = static_cast<uint64_t>(pages) * page_bytes / 10 * 9;
-    }
+    // 90% of what the process may use: the machine's memory, or its container's limit.
+    const MemoryLimit limit = ProcessMemoryLimit();
+    shard_options.max_memory_bytes = limit.bytes / 10 * 9;
+    LogInfo("shard %d: tensor memory capped at %d bytes, 90%% of %d (%s)", options.shard_index,
+            shard_options.max_memory_bytes, limit.bytes, limit.source);
   }
   server->shard_ = std::make_unique<Shard>(shard_options);
   if (!options.restore_dir.empty()) {
