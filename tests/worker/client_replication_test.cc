@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/call.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
@@ -43,11 +45,12 @@ void ExpectSameState(Client& client, TensorId id, const char* what) {
 
 class ClientReplicationTest : public testing::ClientClusterTest {
  protected:
-  void StartReplicated(int shards, int workers) {
+  void StartReplicated(int shards, int workers, const std::string& auth_token = "") {
     auto etcd = testing::EtcdProcess::Start();
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
     server::ServerOptions options;
+    options.auth_token = auth_token;
     options.replicas = 2;
     options.etcd = etcd_->endpoint();
     options.lease_ttl = absl::Seconds(1);
@@ -206,6 +209,77 @@ TEST_P(ClientReplicationTest, AShardThatCannotRenewItsLeaseAcknowledgesNothing) 
   EXPECT_TRUE(absl::StrContains(pushed.message(), "lost its etcd lease")) << pushed;
   EXPECT_EQ(cluster_->shard(0).StateDigest() ^ cluster_->shard(1).StateDigest(), before);
   etcd_->process().Signal(SIGCONT);
+}
+
+// Only a shard's own primary may change its backups: a worker's connection is refused the
+// method, a shard that is not its primary is refused the connection, and neither changes
+// anything. With the job's token, the shards present it to each other.
+TEST_P(ClientReplicationTest, OnlyTheBackupsOwnPrimaryMayReplicateToIt) {
+  const std::string token = "the-jobs-token";
+  StartReplicated(3, 1, token);
+  testing::ScopedTempDir dir;
+  std::ofstream(dir.path() + "/token") << token;
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.auth_token_file = dir.path() + "/token";
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<TensorId> id = (*client)->Declare(testing::Spec("w", kElements));
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> g = Gradient(0, 0), w(kElements);
+  ASSERT_TRUE((*client)->PushPull(*id, g, absl::MakeSpan(w), 0).Wait().ok());
+  ExpectBackupsEqualPrimaries();  // replicated with the token
+
+  // A step for a partition shard 1 backs up (one of shard 0's), as its primary would send it.
+  absl::StatusOr<std::vector<TensorPartition>> partitions = (*client)->Partitions(*id);
+  ASSERT_TRUE(partitions.ok());
+  uint32_t of_shard_0 = 0;
+  while ((*partitions)[of_shard_0].shard != 0) ++of_shard_0;
+  hetps::v1::ReplicateRequest replicate;
+  replicate.set_source_shard(0);
+  hetps::v1::ReplicatedChange* change = replicate.add_changes();
+  change->set_kind(hetps::v1::CHANGE_KIND_STEP);
+  change->set_tensor_key(*id);
+  change->set_partition(of_shard_0);
+  change->set_version(2);
+  change->set_num_bytes((*partitions)[of_shard_0].size * sizeof(float));
+  std::vector<float> bytes((*partitions)[of_shard_0].size, 1.0f);
+  auto attempt = [&](const transport::ConnectOptions& greeting) -> absl::Status {
+    std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(GetParam());
+    if (cluster_->inproc() != nullptr) transport = cluster_->inproc();
+    auto connection =
+        transport->Connect(cluster_->addresses()[1], absl::Now() + absl::Seconds(10), greeting);
+    if (!connection.ok()) return connection.status();
+    transport::Request request;
+    request.method = hetps::v1::METHOD_REPLICATE;
+    request.header = replicate.SerializeAsString();
+    request.payload = transport::Payload::Borrow(transport::AsBytes(absl::MakeConstSpan(bytes)));
+    request.deadline = absl::Now() + absl::Seconds(10);
+    absl::Status status = testing::CallAndWait(**connection, std::move(request)).status();
+    (*connection)->Shutdown();
+    return status;
+  };
+  const uint64_t before = cluster_->shard(1).StateDigest();
+  const absl::Status from_worker = attempt(testing::WorkerGreeting(1, 3, 0, 1, "hetps", token));
+  EXPECT_EQ(from_worker.code(), absl::StatusCode::kPermissionDenied) << from_worker;
+  hetps::v1::HelloRequest peer;
+  peer.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+  peer.set_job_id("hetps");
+  peer.set_shard_index(1);
+  peer.set_num_shards(3);
+  peer.set_peer_shard(2 + 1);  // shard 2: not shard 1's primary
+  peer.set_auth_token(token);
+  transport::ConnectOptions greeting;
+  greeting.greeting = peer.SerializeAsString();
+  const absl::Status from_other_shard = attempt(greeting);
+  EXPECT_EQ(from_other_shard.code(), absl::StatusCode::kFailedPrecondition) << from_other_shard;
+  EXPECT_TRUE(absl::StrContains(from_other_shard.message(), "keeps the backups of shard 0"))
+      << from_other_shard;
+  peer.set_peer_shard(0 + 1);  // its primary, without the token
+  peer.clear_auth_token();
+  greeting.greeting = peer.SerializeAsString();
+  const absl::Status without_token = attempt(greeting);
+  EXPECT_EQ(without_token.code(), absl::StatusCode::kUnauthenticated) << without_token;
+  EXPECT_EQ(cluster_->shard(1).StateDigest(), before);
 }
 
 TEST_P(ClientReplicationTest, WithoutReplicationThereIsNoBackupToRead) {
