@@ -59,6 +59,8 @@ absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& confi
 
 Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state)
     : config_(config),
+      backup_(config.backup),
+      replicating_(config.replicate != nullptr),
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),

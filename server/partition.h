@@ -120,8 +120,10 @@ class Partition {
   uint64_t num_elements() const { return config_.range.size; }
   uint64_t parameter_bytes() const { return config_.range.size * sizeof(float); }
   uint64_t state_bytes() const { return state_.size_bytes(); }
-  bool is_backup() const { return config_.backup; }
-  bool replicated() const { return config_.replicate != nullptr; }
+  // Any thread.
+  bool is_backup() const { return backup_.load(std::memory_order_acquire); }
+  // Owner thread: whether changes go to a backup.
+  bool replicated() const { return replicating_; }
 
   // Who sent a push.
   struct PushOrigin {
@@ -145,6 +147,12 @@ class Partition {
                          size_t slot);
   // The backup confirmed the batch last handed to Config::replicate.
   void Replicated();
+  // The backup is gone (its shard's etcd lease ended): what it has not confirmed counts as
+  // confirmed and nothing more is sent; the partition runs without a copy from now on.
+  void DropBackup();
+  // Backup: the primary is gone and this shard took its partitions over: this copy is served
+  // from now on (without a copy of its own), and takes no more changes from the primary.
+  void Promote();
   // Backup: applies a change its primary made (a batch sent again is recognised and applied
   // once). FailedPrecondition for a step that does not follow this copy's version.
   absl::Status ApplyReplicated(const hetps::v1::ReplicatedChange& change, transport::Payload bytes);
@@ -244,6 +252,8 @@ class Partition {
   void WakeWaiters();
 
   const Config config_;
+  std::atomic<bool> backup_;
+  bool replicating_;
   std::shared_ptr<AlignedBuffer> weights_;
   // Checkpointed partitions: the weights buffer the last copy on write left (a checkpoint may
   // still be writing it), reused by the next one.

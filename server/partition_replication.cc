@@ -69,8 +69,28 @@ void Partition::Replicated() {
   WakeWaiters();
 }
 
+void Partition::DropBackup() {
+  if (!replicating_) return;
+  replicating_ = false;
+  unsent_.clear();
+  batch_out_ = false;
+  changes_replicated_ = changes_made_;
+  replicated_version_ = version();
+  WakeWaiters();
+}
+
+void Partition::Promote() {
+  backup_.store(false, std::memory_order_release);
+  WakeWaiters();
+}
+
 absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& change,
                                         transport::Payload bytes) {
+  if (!is_backup()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d was taken over by this shard: it takes no changes from its old primary",
+        config_.index));
+  }
   const size_t n = config_.range.size;
   switch (change.kind()) {
     case hetps::v1::CHANGE_KIND_STEP: {

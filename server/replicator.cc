@@ -4,6 +4,7 @@
 #include <atomic>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -15,6 +16,14 @@ namespace {
 constexpr absl::Duration kFirstPause = absl::Milliseconds(20);
 constexpr absl::Duration kLongestPause = absl::Seconds(1);
 constexpr absl::Duration kWarningEvery = absl::Seconds(10);
+
+// The backup answered, but cannot take the batch: it does not have the tensor or the version
+// the batch follows (it restarted without its copies). Sending again would not help.
+bool LostItsCopies(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound ||
+         status.code() == absl::StatusCode::kFailedPrecondition ||
+         status.code() == absl::StatusCode::kDataLoss;
+}
 
 }  // namespace
 
@@ -90,6 +99,8 @@ absl::StatusOr<transport::Connection*> Replicator::Connection() {
     absl::StatusOr<std::string> found = options_.find_backup();
     if (!found.ok()) return found.status();
     address = *found;
+    absl::MutexLock lock(&mu_);
+    backup_seen_ = true;
   }
   if (address.empty()) {
     return absl::UnavailableError(
@@ -119,6 +130,20 @@ void Replicator::Attempt(std::shared_ptr<Batch> batch) {
     Finish(*batch, absl::CancelledError("the shard is stopping"));
     return;
   }
+  // A batch sent again: is the backup still there at all (registered in etcd)? Only one seen
+  // registered can be gone (at the start, one may not be registered yet).
+  bool seen = false;
+  {
+    absl::MutexLock lock(&mu_);
+    seen = backup_seen_;
+  }
+  if (seen && batch->pause > kFirstPause && options_.find_backup) {
+    absl::StatusOr<std::string> found = options_.find_backup();
+    if (found.status().code() == absl::StatusCode::kNotFound) {
+      GiveUp(*batch, found.status());
+      return;
+    }
+  }
   absl::StatusOr<transport::Connection*> connection = Connection();
   if (!connection.ok()) {
     Retry(std::move(batch), connection.status());
@@ -133,14 +158,17 @@ void Replicator::Call(transport::Connection& connection, std::shared_ptr<Batch> 
   request.header = batch->header;
   request.payload = batch->payload;
   request.deadline = absl::Now() + options_.attempt_timeout;
-  connection.Call(std::move(request),
-                  [this, batch](absl::StatusOr<transport::Response> result) mutable {
-                    if (result.ok()) {
-                      Finish(*batch, absl::OkStatus());
-                    } else {
-                      Retry(std::move(batch), result.status());
-                    }
-                  });
+  connection.Call(
+      std::move(request), [this, batch](absl::StatusOr<transport::Response> result) mutable {
+        if (result.ok()) {
+          Finish(*batch, absl::OkStatus());
+        } else if (LostItsCopies(result.status())) {
+          GiveUp(*batch, absl::NotFoundError(absl::StrCat("it lost its copies (restarted?): ",
+                                                          result.status().message())));
+        } else {
+          Retry(std::move(batch), result.status());
+        }
+      });
 }
 
 void Replicator::Retry(std::shared_ptr<Batch> batch, const absl::Status& why) {
@@ -167,6 +195,22 @@ void Replicator::Retry(std::shared_ptr<Batch> batch, const absl::Status& why) {
       Finish(*batch, absl::CancelledError("the shard is stopping"));
     }
   });
+}
+
+void Replicator::GiveUp(Batch& batch, const absl::Status& why) {
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    first = !backup_gone_;
+    backup_gone_ = true;
+  }
+  if (first) {
+    LogWarning(
+        "shard %d: backup shard %d is gone, its partitions go on without a copy until a shard "
+        "rejoins: %s",
+        options_.shard_index, options_.backup_index, why.ToString());
+  }
+  Finish(batch, why);
 }
 
 void Replicator::Finish(Batch& batch, absl::Status status) {

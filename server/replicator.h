@@ -7,7 +7,8 @@
 // has not seen declared yet) is sent again after a pause that grows to a second; the
 // partition's workers meanwhile wait within their own deadlines, and their requests then say
 // that they wait for the backup. Nothing is dropped: a batch ends with `done` exactly once, OK
-// once applied, Cancelled when the shard stops.
+// once applied, Cancelled when the shard stops, NotFound when `find_backup` says the backup is
+// gone (its etcd registration ended) or the backup cannot take it (it lost its copies).
 //
 // Thread-safe.
 #ifndef HETPS_SERVER_REPLICATOR_H_
@@ -70,6 +71,8 @@ class Replicator {
   void Call(transport::Connection& connection, std::shared_ptr<Batch> batch);
   void Retry(std::shared_ptr<Batch> batch, const absl::Status& why);
   void Finish(Batch& batch, absl::Status status);
+  // Ends `batch` with NotFound `why`: the backup is gone or lost its copies (said once).
+  void GiveUp(Batch& batch, const absl::Status& why);
   bool Stopped() const;
   // The connection, opened if need be. On the replicator thread only.
   absl::StatusOr<transport::Connection*> Connection();
@@ -88,6 +91,8 @@ class Replicator {
   // Batches not yet applied, so that Stop can end them.
   std::vector<std::weak_ptr<Batch>> open_ ABSL_GUARDED_BY(mu_);
   uint64_t resends_ ABSL_GUARDED_BY(mu_) = 0;
+  bool backup_gone_ ABSL_GUARDED_BY(mu_) = false;  // said so in the log
+  bool backup_seen_ ABSL_GUARDED_BY(mu_) = false;  // find_backup has found it
   absl::Time last_warning_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 

@@ -108,6 +108,11 @@ void Shard::Stop() {
   barrier_.FailAll(stopping);
   declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
   if (replicator_ != nullptr) replicator_->Stop();
+  {
+    absl::MutexLock lock(&watch_mu_);
+    watch_stopped_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
   if (lease_ != nullptr) lease_->Stop(/*revoke=*/true);
   for (size_t owner = 0; owner < owners_.size(); ++owner) {
     owners_[owner]->Post([this, owner, stopping] {
@@ -492,7 +497,9 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   tensor->partitions.resize(layout.num_partitions());
   HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, options_.shard_index, /*backup=*/false));
   if (replicator_ != nullptr) {
-    HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, PrimaryOfBackups(), /*backup=*/true));
+    // Taken over: those partitions are served here (their primary is gone).
+    HETPS_RETURN_IF_ERROR(
+        BuildPartitions(*tensor, PrimaryOfBackups(), /*backup=*/!took_over_.load()));
   }
   return tensor;
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -169,10 +170,19 @@ class Shard final : public transport::RequestHandler {
   // The shard whose partitions this one backs up, and the one that backs up this one's.
   uint32_t PrimaryOfBackups() const;
   uint32_t BackupShard() const;
-  // The etcd key of shard `index`'s registration.
+  // The etcd key of shard `index`'s registration, and of who serves the partitions placed on
+  // shard `group` ("<epoch> <shard>").
   std::string MemberKey(uint32_t index) const;
-  // Where shard `index` listens, as registered in etcd. Unavailable while it is not.
+  std::string GroupKey(uint32_t group) const;
+  // Where shard `index` listens, as registered in etcd. NotFound while it is not registered
+  // (not started, or its lease ended); Unavailable if etcd cannot be asked.
   absl::StatusOr<std::string> FindMember(uint32_t index) const;
+  // At start: claims this shard's own partitions in etcd, or finds them served elsewhere.
+  absl::Status ClaimOwnGroup();
+  // With replication: watches the registration of the shard whose partitions this one backs
+  // up, and takes them over (TakeOver) once it is gone. On its own thread.
+  void WatchPrimary();
+  void TakeOver(uint32_t group);
   // OK while the shard may acknowledge updates: without etcd always; with etcd while its
   // lease is held. Unavailable, saying why, once it is not.
   absl::Status CheckLease() const;
@@ -251,7 +261,18 @@ class Shard final : public transport::RequestHandler {
   std::unique_ptr<ThreadPool> kernels_;  // spreads the updates of large partitions
   // Before the replicator, which asks it where the backup is.
   std::unique_ptr<EtcdClient> etcd_;
-  std::unique_ptr<LeaseHolder> lease_;      // with etcd, from JoinCluster on
+  std::unique_ptr<LeaseHolder> lease_;  // with etcd, from JoinCluster on
+  // Failover: this shard serves the partitions it backs up (it took them over), and this
+  // shard's own partitions are served by another (they were taken over while it was down).
+  std::atomic<bool> took_over_{false};
+  std::atomic<bool> primary_seen_{false};  // the primary of this shard's backups was alive
+  // Created its own group's key in etcd: started with the job, so its copies are complete.
+  std::atomic<bool> fresh_member_{false};
+  std::atomic<bool> own_group_moved_{false};
+  std::atomic<uint32_t> own_group_server_{0};
+  std::thread watcher_;
+  absl::Mutex watch_mu_;
+  bool watch_stopped_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::unique_ptr<Replicator> replicator_;  // replicas 2 only
   // Connections from the primary of this shard's backups: the only ones that may replicate.
   absl::Mutex peers_mu_;

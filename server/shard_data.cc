@@ -40,10 +40,19 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
                                                  tensor->layout.num_partitions(), index + 1));
   }
   Partition* partition = tensor->partitions[index].get();
+  const uint32_t home = ShardOfPartition(tensor_key, index, options_.num_shards);
+  // Unavailable, which workers retry at the partition's other copy: it is served there, or
+  // will be once that shard has taken it over.
   if (partition != nullptr && partition->is_backup() && !backup) {
-    return absl::FailedPreconditionError(absl::StrFormat(
+    return absl::UnavailableError(absl::StrFormat(
         "partition %d of tensor '%s' is served by shard %d; this shard %d keeps its backup", index,
-        name, ShardOfPartition(tensor_key, index, options_.num_shards), options_.shard_index));
+        name, home, options_.shard_index));
+  }
+  if (partition != nullptr && home == options_.shard_index && own_group_moved_.load()) {
+    return absl::UnavailableError(absl::StrFormat(
+        "partition %d of tensor '%s' is served by shard %d, which took this shard's partitions "
+        "over while it was down",
+        index, name, own_group_server_.load()));
   }
   if (partition == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -164,6 +173,14 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
 }
 
 void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
+  // Workers send here only what was this shard's; it was taken over while the shard was down
+  // (moved, not lost: the worker goes on at the shard that serves it now).
+  if (own_group_moved_.load(std::memory_order_relaxed)) {
+    reply(absl::UnavailableError(absl::StrFormat(
+        "shard %d restarted after shard %d took its partitions over: they are served there",
+        options_.shard_index, own_group_server_.load())));
+    return;
+  }
   ShardMetrics::Add(metrics_->data_requests, 1);
   ShardMetrics::Add(metrics_->payload_bytes_received, request.payload.size());
   DataCall call;

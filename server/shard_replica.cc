@@ -41,6 +41,11 @@ absl::Status Shard::CheckPeerHello(const hetps::v1::HelloRequest& hello) const {
 
 void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes) {
   replicator_->Send(std::move(changes), [this, &partition](absl::Status status) {
+    if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
+      // The backup is gone (its lease ended): go on without a copy rather than stall.
+      owners_[partition.owner()]->RunHereOrPost([&partition] { partition.DropBackup(); });
+      return;
+    }
     // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
     if (!status.ok()) return;
     // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
@@ -61,6 +66,7 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
       return;
     }
   }
+  primary_seen_.store(true, std::memory_order_relaxed);
   ReusedMessage<hetps::v1::ReplicateRequest> replicate;
   if (absl::Status parsed = ParseHeaderInto(request.header, *replicate); !parsed.ok()) {
     reply(parsed);

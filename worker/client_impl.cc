@@ -239,6 +239,7 @@ absl::Status ClientImpl::Connect() {
           replicas_, shard, replicas));
     }
     replicas_ = replicas;
+    if (replicas > 1) channels[shard]->SetStandIn(channels[(shard + 1) % num_shards]);
     if (shard == 0) {
       // Shard 0 coordinates barriers: a restarted worker joins the job's next one.
       absl::MutexLock lock(&mu_);

@@ -1,10 +1,14 @@
 // Replication across ps-server processes (--replicas 2), over every transport: the example job
 // trains exactly as in one process, and every partition's backup (on the next shard, fed by
 // its primary over the shards' own connections) holds bit for bit what its primary holds.
+#include <signal.h>
+
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/integration/example_job.h"
@@ -58,6 +62,34 @@ TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsI
   for (const ShardStats& shard : *stats) {
     EXPECT_GT(shard.backup_partitions, 0u) << "shard " << shard.shard_index;
   }
+}
+
+// Chaos: shard 1 is killed (SIGKILL) in the middle of training. Its etcd lease ends, shard 2
+// takes its partitions over from the backups it kept, shard 0 goes on without the copies shard
+// 1 kept of its partitions, and the workers find the partitions where they are now: the job
+// pauses for about a lease, finishes without a restart, and ends with exactly the weights of
+// a run that lost nothing.
+TEST_P(ReplicationTest, AShardKilledMidTrainingCostsAPauseNotTheJob) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_TRUE(
+      StartCluster(3, 2, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}).ok());
+  const int steps = 60;
+  std::vector<std::unique_ptr<integration::Subprocess>> workers = StartWorkers(2, steps, "bsp");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 20 ") && absl::Now() < deadline &&
+         workers[0]->running()) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 20 "))
+      << WorkerLog(cluster_, 0);
+  cluster_.shard(1).Signal(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectModelsMatchTheReference(cluster_, 2, steps));
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(2)), "shard 1 is gone"))
+      << testing::ReadFile(cluster_.shard_log(2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "proto/ps.pb.h"
 #include "transport/internal/call_scope.h"
 
 namespace hetps::internal {
@@ -29,6 +30,9 @@ struct ShardChannel::PendingCall {
   absl::Duration pause = kFirstRetryPause;
   // Why the last attempt could not reach the shard (empty before any retry).
   std::string unreachable;
+  // A data call that may go to the stand-in, and whether this attempt does.
+  bool data = false;
+  bool at_stand_in = false;
 };
 
 ShardChannel::ShardChannel(uint32_t index, std::string address,
@@ -61,18 +65,60 @@ void ShardChannel::Call(uint32_t method, std::string header, transport::Payload 
   call->deadline = deadline;
   call->sink = std::move(sink);
   call->done = std::move(done);
+  call->data = method == hetps::v1::METHOD_PUSH || method == hetps::v1::METHOD_PULL ||
+               method == hetps::v1::METHOD_PUSH_PULL;
+  call->at_stand_in =
+      call->data && at_stand_in_.load(std::memory_order_relaxed) && StandIn() != nullptr;
   Send(std::move(call));
 }
 
+void ShardChannel::SetStandIn(std::weak_ptr<ShardChannel> stand_in) {
+  absl::MutexLock lock(&mu_);
+  stand_in_ = std::move(stand_in);
+}
+
+std::shared_ptr<ShardChannel> ShardChannel::StandIn() {
+  absl::MutexLock lock(&mu_);
+  return stand_in_.lock();
+}
+
+namespace {
+
+// `header` (a data request's) with the state run of the shard it goes to instead.
+std::string WithShardIncarnation(uint32_t method, const std::string& header,
+                                 uint64_t shard_incarnation) {
+  std::string out;
+  if (method == hetps::v1::METHOD_PULL) {
+    hetps::v1::PullRequest request;
+    if (!request.ParseFromString(header)) return header;
+    request.set_shard_incarnation(shard_incarnation);
+    request.SerializeToString(&out);
+  } else {
+    hetps::v1::PushRequest request;
+    if (!request.ParseFromString(header)) return header;
+    request.set_shard_incarnation(shard_incarnation);
+    request.SerializeToString(&out);
+  }
+  return out;
+}
+
+}  // namespace
+
 void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
-  transport::Connection* connection = Enter();
+  std::shared_ptr<ShardChannel> target = shared_from_this();
+  if (call->at_stand_in) {
+    if (std::shared_ptr<ShardChannel> stand_in = StandIn()) target = std::move(stand_in);
+  }
+  transport::Connection* connection = target->Enter();
   if (connection == nullptr) {
     Complete(*call, absl::CancelledError("the client is shut down"));
     return;
   }
   transport::Request request;
   request.method = call->method;
-  request.header = call->header;
+  request.header = target.get() == this ? call->header
+                                        : WithShardIncarnation(call->method, call->header,
+                                                               target->shard_incarnation());
   request.payload = call->payload;
   request.deadline = call->deadline;
   request.response_sink = call->sink;
@@ -80,13 +126,15 @@ void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
                    [self = shared_from_this(), call](absl::StatusOr<transport::Response> result) {
                      self->OnResponse(call, std::move(result));
                    });
-  Exit();
+  target->Exit();
 }
 
 void ShardChannel::OnResponse(std::shared_ptr<PendingCall> call,
                               absl::StatusOr<transport::Response> result) {
   if (result.status().code() == absl::StatusCode::kUnavailable) {
     call->unreachable = std::string(result.status().message());
+    // Replicated: the other copy may serve it (or will, once it has taken over).
+    if (call->data && StandIn() != nullptr) call->at_stand_in = !call->at_stand_in;
     if (ScheduleRetry(call)) return;
     {
       absl::MutexLock lock(&mu_);
@@ -153,6 +201,7 @@ void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Respons
         result.status().code(),
         absl::StrFormat("shard %d (%s): %s%s", index_, address_, result.status().message(), lost));
   }
+  if (result.ok() && call.data) at_stand_in_.store(call.at_stand_in, std::memory_order_relaxed);
   transport::ResponseCallback done = std::move(call.done);
   call.done = nullptr;
   if (done) transport::internal::CompleteOutsideCall(timers_, std::move(done), std::move(result));

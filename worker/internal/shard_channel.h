@@ -44,6 +44,11 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   }
   // Records a tensor with partitions on this shard, named when the shard reports them lost.
   void AddTensor(const std::string& name);
+  // Replication: the shard that keeps the copies of this one's partitions and takes them over
+  // when this one is gone. A data call (push, pull, push-pull) that finds one of the two
+  // unavailable is sent again at the other (with that shard's state run in its header), and
+  // calls go on where the last one succeeded.
+  void SetStandIn(std::weak_ptr<ShardChannel> stand_in);
 
   // `sink`: where the response's payload should land (see transport::Request::response_sink).
   void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
@@ -54,6 +59,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   struct PendingCall;
 
   void Send(std::shared_ptr<PendingCall> call);
+  std::shared_ptr<ShardChannel> StandIn();
   void OnResponse(std::shared_ptr<PendingCall> call, absl::StatusOr<transport::Response> result);
   bool ScheduleRetry(std::shared_ptr<PendingCall> call);
   void RunRetry(uint64_t retry_id);
@@ -66,6 +72,8 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   const std::string address_;
   TimerQueue* const timers_;
   std::atomic<uint64_t> shard_incarnation_{0};
+  // Data calls start at the stand-in (the last one succeeded there).
+  std::atomic<bool> at_stand_in_{false};
 
   absl::Mutex mu_;
   std::unique_ptr<transport::Connection> connection_ ABSL_GUARDED_BY(mu_);
@@ -78,6 +86,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   };
   absl::flat_hash_map<uint64_t, Retry> retries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> tensors_ ABSL_GUARDED_BY(mu_);  // in declaration order
+  std::weak_ptr<ShardChannel> stand_in_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps::internal
