@@ -41,13 +41,22 @@ class GrpcEtcdClient final : public EtcdClient {
         kv_(etcdserverpb::KV::NewStub(channel)),
         lease_(etcdserverpb::Lease::NewStub(channel)) {}
 
+  // One unary call with the client's deadline; errors name etcd and `what`.
+  template <typename Stub, typename Request, typename Response>
+  absl::Status Unary(Stub* stub,
+                     grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                     const Request& request, Response* response, const char* what) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(Deadline()));
+    return FromGrpc((stub->*method)(&context, request, response), endpoint(), what);
+  }
+
   absl::StatusOr<std::optional<Value>> Get(const std::string& key) override {
     etcdserverpb::RangeRequest request;
     request.set_key(key);
     etcdserverpb::RangeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
-    if (absl::Status status = FromGrpc(kv_->Range(&context, request, &response), endpoint(), "get");
+    if (absl::Status status =
+            Unary(kv_.get(), &etcdserverpb::KV::Stub::Range, request, &response, "get");
         !status.ok()) {
       return status;
     }
@@ -60,10 +69,8 @@ class GrpcEtcdClient final : public EtcdClient {
     request.set_key(prefix);
     request.set_range_end(PrefixEnd(prefix));
     etcdserverpb::RangeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
     if (absl::Status status =
-            FromGrpc(kv_->Range(&context, request, &response), endpoint(), "get prefix");
+            Unary(kv_.get(), &etcdserverpb::KV::Stub::Range, request, &response, "get prefix");
         !status.ok()) {
       return status;
     }
@@ -78,9 +85,7 @@ class GrpcEtcdClient final : public EtcdClient {
     request.set_value(value);
     request.set_lease(lease);
     etcdserverpb::PutResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
-    return FromGrpc(kv_->Put(&context, request, &response), endpoint(), "put");
+    return Unary(kv_.get(), &etcdserverpb::KV::Stub::Put, request, &response, "put");
   }
 
   absl::StatusOr<bool> PutIf(const std::string& key, int64_t mod_revision, const std::string& value,
@@ -96,10 +101,8 @@ class GrpcEtcdClient final : public EtcdClient {
     put->set_value(value);
     put->set_lease(lease);
     etcdserverpb::TxnResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
     if (absl::Status status =
-            FromGrpc(kv_->Txn(&context, request, &response), endpoint(), "compare-and-put");
+            Unary(kv_.get(), &etcdserverpb::KV::Stub::Txn, request, &response, "compare-and-put");
         !status.ok()) {
       return status;
     }
@@ -110,19 +113,15 @@ class GrpcEtcdClient final : public EtcdClient {
     etcdserverpb::DeleteRangeRequest request;
     request.set_key(key);
     etcdserverpb::DeleteRangeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
-    return FromGrpc(kv_->DeleteRange(&context, request, &response), endpoint(), "delete");
+    return Unary(kv_.get(), &etcdserverpb::KV::Stub::DeleteRange, request, &response, "delete");
   }
 
   absl::StatusOr<Lease> GrantLease(absl::Duration ttl) override {
     etcdserverpb::LeaseGrantRequest request;
     request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
     etcdserverpb::LeaseGrantResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
-    if (absl::Status status =
-            FromGrpc(lease_->LeaseGrant(&context, request, &response), endpoint(), "grant lease");
+    if (absl::Status status = Unary(lease_.get(), &etcdserverpb::Lease::Stub::LeaseGrant, request,
+                                    &response, "grant lease");
         !status.ok()) {
       return status;
     }
@@ -161,9 +160,8 @@ class GrpcEtcdClient final : public EtcdClient {
     etcdserverpb::LeaseRevokeRequest request;
     request.set_id(lease);
     etcdserverpb::LeaseRevokeResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(Deadline()));
-    return FromGrpc(lease_->LeaseRevoke(&context, request, &response), endpoint(), "revoke lease");
+    return Unary(lease_.get(), &etcdserverpb::Lease::Stub::LeaseRevoke, request, &response,
+                 "revoke lease");
   }
 
  private:
