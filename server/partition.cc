@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& confi
 Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state)
     : config_(config),
       backup_(config.backup),
-      replicating_(config.replicate != nullptr),
+      replicating_(config.replicate != nullptr && config.replicating && !config.backup),
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),
@@ -411,15 +411,20 @@ absl::Status Partition::Restore(const hetps::v1::PartitionImage& image,
   for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
     std::copy_n(values.data() + (slot + 1) * n, n, state_slots_[slot]);
   }
+  TakeRunsAndVersion(image.runs(), image.version());
+  return absl::OkStatus();
+}
+
+void Partition::TakeRunsAndVersion(
+    const google::protobuf::RepeatedPtrField<hetps::v1::WorkerRunImage>& runs, uint64_t version) {
   for (size_t rank = 0; rank < runs_.size(); ++rank) {
-    const hetps::v1::WorkerRunImage& run = image.runs(static_cast<int>(rank));
+    const hetps::v1::WorkerRunImage& run = runs[static_cast<int>(rank)];
     runs_[rank] = WorkerRun{run.incarnation(),
                             ReplayWindow::Restored(run.highest_sequence(), run.seen_mask())};
   }
   awaits_values_ = false;
   bf16_ = fp16_ = WireCopy();
-  version_.store(image.version(), std::memory_order_release);
-  return absl::OkStatus();
+  version_.store(version, std::memory_order_release);
 }
 
 transport::Payload Partition::ReadState(uint64_t* version) const {

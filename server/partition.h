@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "common/aligned_buffer.h"
 #include "common/half.h"
@@ -97,6 +98,8 @@ class Partition {
     // A primary with a backup: sends the backup `changes` (in order), then has Replicated()
     // run on the owner thread once it holds them. Null: no backup.
     std::function<void(Partition& self, std::vector<ReplicatedChange> changes)> replicate;
+    // Whether a primary has a backup from the start; false: from StartReplica on.
+    bool replicating = true;
     // This is the backup's copy of a partition another shard serves.
     bool backup = false;
   };
@@ -153,6 +156,20 @@ class Partition {
   // Backup: the primary is gone and this shard took its partitions over: this copy is served
   // from now on (without a copy of its own), and takes no more changes from the primary.
   void Promote();
+  // Primary without a backup (a shard rejoined): sends a snapshot of the whole partition
+  // (`meta` names the tensor's declaration and schedule) through Config::replicate, then every
+  // change after it; `copied(true)` once the backup holds the snapshot (at once if it is
+  // replicated already), `copied(false)` if the backup is dropped first or the partition
+  // cannot start one (a backup, no Config::replicate). Acknowledgements wait for the backup from
+  // now on: a step stalls for at most the copy of this one partition.
+  void StartReplica(hetps::v1::ReplicatedChange meta, absl::AnyInvocable<void(bool)> copied);
+  // Backup: takes a snapshot (CHANGE_KIND_SNAPSHOT) from its primary: weights, optimizer
+  // state, version, runs, and `schedule` (the rule from each version on, the first at 0).
+  // InvalidArgument if it does not fit this partition.
+  absl::Status LoadSnapshot(
+      const hetps::v1::ReplicatedChange& snapshot,
+      std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>> schedule,
+      const transport::Payload& bytes);
   // Backup: applies a change its primary made (a batch sent again is recognised and applied
   // once). FailedPrecondition for a step that does not follow this copy's version.
   absl::Status ApplyReplicated(const hetps::v1::ReplicatedChange& change, transport::Payload bytes);
@@ -247,6 +264,9 @@ class Partition {
   // The version pulls are answered at: what the backup confirmed, or version() unreplicated.
   uint64_t served_version() const { return replicated() ? replicated_version_ : version(); }
   const Optimizer& OptimizerForNextStep();
+  // Restore and LoadSnapshot: each worker's run (by rank) and the version, as copied.
+  void TakeRunsAndVersion(const google::protobuf::RepeatedPtrField<hetps::v1::WorkerRunImage>& runs,
+                          uint64_t version);
   void ApplyCompleteSteps();
   void CheckpointIfDue();
   void WakeWaiters();
@@ -282,7 +302,10 @@ class Partition {
   std::vector<ReplicatedChange> unsent_;
   bool batch_out_ = false;
   uint64_t batch_changes_ = 0, batch_version_ = 0;
-  std::vector<uint64_t> runs_sent_;           // by rank: the run the backup last heard of
+  std::vector<uint64_t> runs_sent_;  // by rank: the run the backup last heard of
+  // StartReplica: told once the backup holds the snapshot (change number copied_at_).
+  absl::AnyInvocable<void(bool)> copied_;
+  uint64_t copied_at_ = 0;
   std::shared_ptr<AlignedBuffer> spare_sum_;  // reused for the next step's summed gradient
 };
 

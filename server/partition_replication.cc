@@ -1,9 +1,12 @@
 // Replication at the partition level (--replicas 2): a primary's queue of changes for its
 // backup and the acknowledgements that wait for them; a backup applying its primary's changes.
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "server/partition.h"
 
@@ -65,6 +68,7 @@ void Partition::Replicated() {
   batch_out_ = false;
   changes_replicated_ = batch_changes_;
   replicated_version_ = batch_version_;
+  if (copied_ && changes_replicated_ >= copied_at_) std::exchange(copied_, nullptr)(true);
   if (!unsent_.empty()) SendToBackup();
   WakeWaiters();
 }
@@ -76,12 +80,98 @@ void Partition::DropBackup() {
   batch_out_ = false;
   changes_replicated_ = changes_made_;
   replicated_version_ = version();
+  if (copied_) std::exchange(copied_, nullptr)(false);
   WakeWaiters();
 }
 
 void Partition::Promote() {
   backup_.store(false, std::memory_order_release);
   WakeWaiters();
+}
+
+void Partition::StartReplica(hetps::v1::ReplicatedChange meta,
+                             absl::AnyInvocable<void(bool)> copied) {
+  if (replicating_ || is_backup() || !config_.replicate) {
+    copied(replicating_);  // already replicated: its changes go to the backup
+    return;
+  }
+  // The weights are shared (the next update writes a fresh buffer while they are sent); the
+  // optimizer state, updated in place, is copied.
+  const size_t n = config_.range.size;
+  transport::Payload bytes = Snapshot(FloatFormat::kFp32).bytes;
+  if (!state_slots_.empty()) {
+    absl::StatusOr<AlignedBuffer> copy = AlignedBuffer::Allocate(n * state_slots_.size());
+    if (!copy.ok()) {
+      LogWarning("partition %d: no memory for a copy of its optimizer state: %s", config_.index,
+                 copy.status().ToString());
+      copied(false);
+      return;
+    }
+    std::copy_n(state_.data(), n * state_slots_.size(), copy->data());
+    auto owned = std::make_shared<const AlignedBuffer>(*std::move(copy));
+    bytes.Append(transport::Payload::Shared(transport::AsBytes(owned->span()), owned));
+  }
+  replicating_ = true;
+  changes_replicated_ = changes_made_;
+  replicated_version_ = version();
+  meta.set_kind(hetps::v1::CHANGE_KIND_SNAPSHOT);
+  meta.set_state_slots(static_cast<uint32_t>(state_slots_.size()));
+  for (size_t rank = 0; rank < runs_.size(); ++rank) {
+    hetps::v1::WorkerRunImage* run = meta.add_run_images();
+    run->set_incarnation(runs_[rank].incarnation);
+    run->set_highest_sequence(runs_[rank].applied.highest());
+    run->set_seen_mask(runs_[rank].applied.seen());
+    runs_sent_[rank] = runs_[rank].incarnation;
+  }
+  copied_ = std::move(copied);
+  copied_at_ = changes_made_ + 1;
+  Replicate(std::move(meta), std::move(bytes));
+}
+
+absl::Status Partition::LoadSnapshot(
+    const hetps::v1::ReplicatedChange& snapshot,
+    std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>> schedule,
+    const transport::Payload& bytes) {
+  if (!is_backup()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "partition %d is served by this shard: it takes no snapshot", config_.index));
+  }
+  if (schedule.empty() || schedule.front().first != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "snapshot of partition %d: the schedule does not start at version 0", config_.index));
+  }
+  for (const auto& [from_version, rule] : schedule) {
+    if (rule->state_slots() != static_cast<int>(state_slots_.size())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "snapshot of partition %d: a rule with %d state slots, the partition has %d",
+          config_.index, rule->state_slots(), state_slots_.size()));
+    }
+  }
+  const size_t n = config_.range.size;
+  if (snapshot.state_slots() != state_slots_.size() ||
+      bytes.size() != n * (1 + state_slots_.size()) * sizeof(float) ||
+      snapshot.run_images_size() != static_cast<int>(runs_.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "snapshot of partition %d: %d bytes, %d state slots and %d workers' runs; the partition "
+        "has %d values, %d slots and %d workers",
+        config_.index, bytes.size(), snapshot.state_slots(), snapshot.run_images_size(), n,
+        state_slots_.size(), runs_.size()));
+  }
+  // Straight into place: the weights (a buffer of their own if a pull still sends the old
+  // ones), then each state slot.
+  if (weights_.use_count() > 1) {
+    HETPS_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(n));
+    weights_ = std::make_shared<AlignedBuffer>(std::move(fresh));
+  }
+  bytes.CopyTo(0, transport::AsWritableBytes(weights_->span()));
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    bytes.CopyTo((slot + 1) * n * sizeof(float),
+                 transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
+  }
+  TakeRunsAndVersion(snapshot.run_images(), snapshot.version());
+  steps_.clear();
+  schedule_ = std::move(schedule);
+  return absl::OkStatus();
 }
 
 absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& change,

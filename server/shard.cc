@@ -58,6 +58,11 @@ Shard::Shard(const ShardOptions& options)
       metrics_(std::make_shared<ShardMetrics>()),
       timers_(std::make_unique<TimerQueue>()),
       barrier_(options.num_workers, timers_.get()),
+      replication_on_(options.replicas > 1 && options.num_shards > 1 &&
+                      options.peer_transport != nullptr && !options.etcd.empty()),
+      group_server_(new std::atomic<uint32_t>[options.num_shards]),
+      replica_target_(new std::atomic<int32_t>[options.num_shards]),
+      changes_received_(new std::atomic<bool>[options.num_shards]()),
       runs_(new std::atomic<uint64_t>[options.num_workers]()) {
   if (!options_.checkpoint_dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointWriter>(
@@ -73,27 +78,44 @@ Shard::Shard(const ShardOptions& options)
   declarer_ = std::make_unique<TaskThread>("shard-declare");
   // The owner that spreads an update works on it too: one pool thread fewer than CPUs wanted.
   if (threads > 1) kernels_ = std::make_unique<ThreadPool>(threads - 1, "shard-kernels");
-  if (options_.replicas > 1 && options_.num_shards > 1 && options_.peer_transport != nullptr) {
-    ReplicatorOptions replication;
-    replication.shard_index = options_.shard_index;
-    replication.backup_index = BackupShard();
-    replication.num_shards = options_.num_shards;
-    replication.job_id = options_.job_id;
-    replication.auth_token = options_.auth_token;
-    if (options_.servers.size() == options_.num_shards) {
-      replication.backup_address = options_.servers[BackupShard()];
-    }
-    if (!options_.etcd.empty()) {
-      replication.find_backup = [this] { return FindMember(BackupShard()); };
-    }
-    replicator_ = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
+  seen_epoch_.assign(options_.num_shards, 0);
+  backup_lease_seen_.assign(options_.num_shards, 0);
+  for (uint32_t group = 0; group < options_.num_shards; ++group) {
+    group_server_[group].store(group);
+    replica_target_[group].store(-1);
+  }
+  if (replication_on_) {
+    replica_target_[options_.shard_index].store(
+        static_cast<int32_t>((options_.shard_index + 1) % options_.num_shards));
   }
 }
 
-uint32_t Shard::BackupShard() const { return (options_.shard_index + 1) % options_.num_shards; }
+Replicator* Shard::ReplicatorFor(uint32_t backup) {
+  absl::MutexLock lock(&replicators_mu_);
+  std::unique_ptr<Replicator>& replicator = replicators_[backup];
+  if (replicator == nullptr) {
+    ReplicatorOptions replication;
+    replication.shard_index = options_.shard_index;
+    replication.backup_index = backup;
+    replication.num_shards = options_.num_shards;
+    replication.job_id = options_.job_id;
+    replication.auth_token = options_.auth_token;
+    replication.find_backup = [this, backup]() -> absl::StatusOr<std::string> {
+      HETPS_ASSIGN_OR_RETURN(EtcdClient::Value member, FindMember(backup));
+      return member.value;
+    };
+    replicator = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
+  }
+  return replicator.get();
+}
 
-uint32_t Shard::PrimaryOfBackups() const {
-  return (options_.shard_index + options_.num_shards - 1) % options_.num_shards;
+void Shard::RetireReplicator(uint32_t backup) {
+  absl::MutexLock lock(&replicators_mu_);
+  auto it = replicators_.find(backup);
+  if (it == replicators_.end()) return;
+  it->second->Stop();
+  retired_replicators_.push_back(std::move(it->second));
+  replicators_.erase(it);
 }
 
 Shard::~Shard() {
@@ -107,7 +129,10 @@ void Shard::Stop() {
       absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index));
   barrier_.FailAll(stopping);
   declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
-  if (replicator_ != nullptr) replicator_->Stop();
+  {
+    absl::MutexLock lock(&replicators_mu_);
+    for (auto& [backup, replicator] : replicators_) replicator->Stop();
+  }
   {
     absl::MutexLock lock(&watch_mu_);
     watch_stopped_ = true;
@@ -288,7 +313,7 @@ absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
   if (hello.peer_shard() == 0) return CheckHello(hello);
   HETPS_RETURN_IF_ERROR(CheckPeerHello(hello));
   absl::MutexLock lock(&peers_mu_);
-  peer_connections_.insert(connection.id);
+  peer_connections_[connection.id] = hello.peer_shard() - 1;
   return absl::OkStatus();
 }
 
@@ -303,9 +328,6 @@ void Shard::Disconnected(uint64_t connection_id) {
 absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& request) const {
   HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
   HETPS_RETURN_IF_ERROR(CheckHello(hello));
-  if (replicator_ != nullptr && hello.servers_size() == static_cast<int>(options_.num_shards)) {
-    replicator_->SetBackupAddress(hello.servers(static_cast<int>(BackupShard())));
-  }
   // A new run of this rank takes it over: requests of the one before are refused from now on.
   const uint64_t previous = runs_[hello.worker_rank()].exchange(hello.incarnation());
   if (previous != 0 && previous != hello.incarnation()) {
@@ -324,7 +346,7 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   response.set_barriers_completed(barrier_.completed());
   response.set_shard_incarnation(incarnation_);
   response.set_resume_step(resume_step_);
-  response.set_replicas(replicator_ != nullptr ? options_.replicas : 1);
+  response.set_replicas(replication_on_ ? options_.replicas : 1);
   return HeaderResponse(response);
 }
 
@@ -495,11 +517,14 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   }
   tensor->optimizer = std::move(optimizer);
   tensor->partitions.resize(layout.num_partitions());
-  HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, options_.shard_index, /*backup=*/false));
-  if (replicator_ != nullptr) {
-    // Taken over: those partitions are served here (their primary is gone).
+  // This shard's own partitions, and with replication the copies of the previous shard's:
+  // each a backup unless this shard serves that group now.
+  const uint32_t me = options_.shard_index;
+  HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, me, /*backup=*/group_server_[me].load() != me));
+  if (replication_on_) {
+    const uint32_t previous = (me + options_.num_shards - 1) % options_.num_shards;
     HETPS_RETURN_IF_ERROR(
-        BuildPartitions(*tensor, PrimaryOfBackups(), /*backup=*/!took_over_.load()));
+        BuildPartitions(*tensor, previous, /*backup=*/group_server_[previous].load() != me));
   }
   return tensor;
 }
@@ -523,10 +548,12 @@ absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup)
     config.owner = next_owner_.fetch_add(1) % owners_.size();
     config.kernel_pool = kernels_.get();
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
-    if (replicator_ != nullptr && !backup) {
+    if (replication_on_) {
+      // Backups too: one taken over replicates to a shard that rejoins.
       config.replicate = [this](Partition& partition, std::vector<ReplicatedChange> changes) {
         SendToBackup(partition, std::move(changes));
       };
+      config.replicating = replica_target_[shard].load() >= 0;
     }
     if (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP && !backup) {
       config.checkpoint_every = options_.checkpoint_every;
@@ -555,11 +582,11 @@ absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
   // one.
   const uint64_t buffers =
       2 + optimizer.state_slots() +
-      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) +
-      (replicator_ != nullptr);
+      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) + replication_on_;
   const ShardShare backups =
-      replicator_ != nullptr
-          ? ShareOfShard(layout, decl.key(), options_.num_shards, PrimaryOfBackups())
+      replication_on_
+          ? ShareOfShard(layout, decl.key(), options_.num_shards,
+                         (options_.shard_index + options_.num_shards - 1) % options_.num_shards)
           : ShardShare();
   uint64_t bytes = 0, backup_bytes = 0;
   const bool overflow =

@@ -14,11 +14,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/task_thread.h"
@@ -59,10 +62,12 @@ struct ShardOptions {
   // `checkpoint_dir` (server/checkpoint.h); 0 or empty: none.
   std::string checkpoint_dir;
   uint64_t checkpoint_every = 0;
-  // Copies of each partition (1 or 2). With 2, this shard also keeps a backup of the
-  // partitions of shard (index - 1) mod num_shards, and sends its own changes to shard
-  // (index + 1) mod num_shards (server/replicator.h) over `peer_transport`, at the address
-  // `servers` lists (empty: learnt from the first worker's Hello). Needs 2 shards or more.
+  // Copies of each partition (1 or 2). With 2 (and etcd), the partitions placed on shard g (its
+  // group) have copies on shards g and g + 1 (mod num_shards): one serves them and sends its
+  // changes (server/replicator.h, over `peer_transport`) to the other, found in etcd. At the
+  // start shard g serves; when it is gone, g + 1 takes over; when it comes back it catches up
+  // and backs them up (and takes them over if g + 1 goes). Needs 2 shards or more. `servers`:
+  // the addresses shards advertise (empty: the one each listens on).
   uint32_t replicas = 1;
   std::vector<std::string> servers;
   transport::Transport* peer_transport = nullptr;
@@ -124,6 +129,16 @@ class Shard final : public transport::RequestHandler {
   };
   std::vector<PartitionDigest> PartitionDigests();
 
+  // Who serves the partitions placed on a shard (its group) and who keeps complete copies of
+  // them, as etcd's key /hetps/<job>/groups/<group> says ("epoch server backup lease").
+  struct GroupRecord {
+    uint64_t epoch = 0;  // bumped by each takeover
+    uint32_t server = 0;
+    int64_t backup = -1;       // -1: none
+    int64_t backup_lease = 0;  // the backup's etcd lease (its run); 0: named at the job's start
+    int64_t mod_revision = 0;  // etcd's, of the key as read
+  };
+
  private:
   // What a data request asks of each of its partitions.
   struct DataCall {
@@ -164,25 +179,58 @@ class Shard final : public transport::RequestHandler {
   // Backup side of replication (server/shard_replica.cc): applies a batch of the primary's
   // changes, on a connection its primary opened.
   void Replicate(transport::Request request, transport::ReplyCallback reply);
-  // Whether a greeting from shard `hello.peer_shard() - 1` may connect: this shard's primary,
-  // of the same job, with replication on.
+  // A snapshot's tensor, declared here if it is not yet (with its hyperparameter schedule).
+  absl::Status DeclareFromSnapshot(const hetps::v1::ReplicatedChange& snapshot);
+  // A snapshot's rules from each version on, the first at 0.
+  using Schedule = std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>>;
+  static absl::StatusOr<Schedule> ScheduleOf(const hetps::v1::ReplicatedChange& snapshot);
+  // Whether a greeting from shard `hello.peer_shard() - 1` may connect: another shard of the
+  // same job, with replication on (what it may send is checked per batch: ServesGroup).
   absl::Status CheckPeerHello(const hetps::v1::HelloRequest& hello) const;
-  // The shard whose partitions this one backs up, and the one that backs up this one's.
-  uint32_t PrimaryOfBackups() const;
-  uint32_t BackupShard() const;
-  // The etcd key of shard `index`'s registration, and of who serves the partitions placed on
-  // shard `group` ("<epoch> <shard>").
+  // The etcd key of shard `index`'s registration, of who serves the partitions placed on shard
+  // `group` (a GroupRecord), and of the run of shard `index`'s state that workers know.
   std::string MemberKey(uint32_t index) const;
   std::string GroupKey(uint32_t group) const;
-  // Where shard `index` listens, as registered in etcd. NotFound while it is not registered
-  // (not started, or its lease ended); Unavailable if etcd cannot be asked.
-  absl::StatusOr<std::string> FindMember(uint32_t index) const;
-  // At start: claims this shard's own partitions in etcd, or finds them served elsewhere.
+  std::string StateRunKey(uint32_t index) const;
+  absl::StatusOr<GroupRecord> ReadGroup(uint32_t group) const;
+  // Every group's record (nullopt: no key yet), in one read.
+  absl::StatusOr<std::vector<std::optional<GroupRecord>>> ReadGroups() const;
+  absl::StatusOr<GroupRecord> ParseGroupKey(uint32_t group, const EtcdClient::Value& value) const;
+  // Writes `record` if the key is still at record.mod_revision (0: absent); whether it was.
+  absl::StatusOr<bool> WriteGroup(uint32_t group, const GroupRecord& record);
+  // Shard `index`'s registration (its address, under its lease). NotFound while it is not
+  // registered (not started, or its lease ended); Unavailable if etcd cannot be asked.
+  absl::StatusOr<EtcdClient::Value> FindMember(uint32_t index) const;
+  // At start: claims this shard's own partitions in etcd, or finds them served elsewhere (then
+  // it rejoins as their backup, and keeps the run of its state that workers know).
   absl::Status ClaimOwnGroup();
-  // With replication: watches the registration of the shard whose partitions this one backs
-  // up, and takes them over (TakeOver) once it is gone. On its own thread.
-  void WatchPrimary();
-  void TakeOver(uint32_t group);
+  // With replication, on the watcher thread every quarter lease: for each group, takes it over
+  // when its server is gone and this shard holds complete copies (TakeOver); for the groups
+  // this shard serves, drops a backup that is gone or restarted (ForgetBackup) and copies the
+  // partitions to a new one (CatchUp).
+  void ManageGroups();
+  void ManageGroup(uint32_t group, GroupRecord record);
+  void WatchBackup(uint32_t group, const GroupRecord& record);
+  void TakeOver(uint32_t group, const GroupRecord& record);
+  void ForgetBackup(uint32_t group, uint32_t backup);
+  void CatchUp(uint32_t group, const GroupRecord& record);
+  // (server/shard_catch_up.cc) Has the new backup declare `tensor` (its group's `partition`
+  // names the group), ahead of its partitions' snapshots; waits until it has.
+  absl::Status DeclareOnBackup(uint32_t backup, const Tensor& tensor, uint32_t partition);
+  // Starts a partition's copy to its new backup and waits until the backup holds it; whether a
+  // snapshot was sent (false: the partition was replicated already).
+  absl::StatusOr<bool> CopyPartition(const Tensor& tensor, Partition& partition);
+  // Waits (bounded, and not past Stop) for an outcome of shard_catch_up.cc; `what` names it.
+  absl::Status AwaitOutcome(const std::shared_ptr<void>& awaited, const std::string& what);
+  // From any thread: the backup of `group` failed (ForgetBackup follows on the watcher).
+  void ReportBackupLost(uint32_t group, uint32_t backup);
+  void ForEachPartitionOfGroup(uint32_t group, absl::FunctionRef<void(Partition*)> f);
+  // The replicator that sends to shard `backup` (made on first use), and its retirement once
+  // that shard is gone (a new one connects afresh to its next run).
+  Replicator* ReplicatorFor(uint32_t backup);
+  void RetireReplicator(uint32_t backup);
+  // Whether the group's server this shard last read from etcd is `peer` (read again if not).
+  bool ServesGroup(uint32_t peer, uint32_t group);
   // OK while the shard may acknowledge updates: without etcd always; with etcd while its
   // lease is held. Unavailable, saying why, once it is not.
   absl::Status CheckLease() const;
@@ -231,7 +279,7 @@ class Shard final : public transport::RequestHandler {
                                                       std::shared_ptr<Optimizer> optimizer);
   // The partitions of `shard` (this one's, or with `backup` those it keeps for its primary).
   absl::Status BuildPartitions(Tensor& tensor, uint32_t shard, bool backup);
-  // Sends a primary partition's changes through the replicator; Replicated() follows on its
+  // Sends a primary partition's changes to its group's backup; Replicated() follows on its
   // owner thread.
   void SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes);
   // Sets aside the memory a new tensor's partitions on this shard will take, or says why not.
@@ -243,8 +291,9 @@ class Shard final : public transport::RequestHandler {
 
   // Constant after construction.
   const ShardOptions options_;
-  // This run of the shard's state (HelloResponse.shard_incarnation).
-  const uint64_t incarnation_;
+  // This run of the shard's state (HelloResponse.shard_incarnation): set before the shard
+  // serves, by JoinCluster when it rejoins with its state kept by replicas.
+  uint64_t incarnation_;
   const std::shared_ptr<ShardMetrics> metrics_;
 
   std::unique_ptr<TimerQueue> timers_;
@@ -262,21 +311,32 @@ class Shard final : public transport::RequestHandler {
   // Before the replicator, which asks it where the backup is.
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaseHolder> lease_;  // with etcd, from JoinCluster on
-  // Failover: this shard serves the partitions it backs up (it took them over), and this
-  // shard's own partitions are served by another (they were taken over while it was down).
-  std::atomic<bool> took_over_{false};
-  std::atomic<bool> primary_seen_{false};  // the primary of this shard's backups was alive
+  // Replication needs etcd, a peer transport and two shards.
+  const bool replication_on_;
+  // By group: the shard that serves it, as last read from etcd; and, for the groups this shard
+  // serves, the shard their changes go to (-1: none).
+  const std::unique_ptr<std::atomic<uint32_t>[]> group_server_;
+  const std::unique_ptr<std::atomic<int32_t>[]> replica_target_;
   // Created its own group's key in etcd: started with the job, so its copies are complete.
   std::atomic<bool> fresh_member_{false};
-  std::atomic<bool> own_group_moved_{false};
-  std::atomic<uint32_t> own_group_server_{0};
+  // Watcher thread only, by group: the epoch in which its server was seen registered, and the
+  // lease its backup was first seen with.
+  std::vector<uint64_t> seen_epoch_;
+  // By group: changes came from its server since the watcher last looked.
+  const std::unique_ptr<std::atomic<bool>[]> changes_received_;
+  std::vector<int64_t> backup_lease_seen_;
   std::thread watcher_;
   absl::Mutex watch_mu_;
   bool watch_stopped_ ABSL_GUARDED_BY(watch_mu_) = false;
-  std::unique_ptr<Replicator> replicator_;  // replicas 2 only
-  // Connections from the primary of this shard's backups: the only ones that may replicate.
+  std::vector<std::pair<uint32_t, uint32_t>> lost_backups_ ABSL_GUARDED_BY(watch_mu_);
+  // By backup shard; retired ones stay until the shard goes (their callbacks may still run).
+  mutable absl::Mutex replicators_mu_;
+  std::map<uint32_t, std::unique_ptr<Replicator>> replicators_ ABSL_GUARDED_BY(replicators_mu_);
+  std::vector<std::unique_ptr<Replicator>> retired_replicators_ ABSL_GUARDED_BY(replicators_mu_);
+  // Connections from other shards (peers), by the shard they said they are: the only ones that
+  // may replicate.
   absl::Mutex peers_mu_;
-  absl::flat_hash_set<uint64_t> peer_connections_ ABSL_GUARDED_BY(peers_mu_);
+  absl::flat_hash_map<uint64_t, uint32_t> peer_connections_ ABSL_GUARDED_BY(peers_mu_);
   std::atomic<size_t> next_owner_{0};
   // Zero bytes that echo replies are cut from, grown to the largest size asked for.
   absl::Mutex zeros_mu_;

@@ -206,7 +206,13 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_checkpoints_waiting(
       static_cast<uint64_t>(std::max<int64_t>(0, metrics_->checkpoints_waiting.load())));
   stats.set_last_checkpoint(last_checkpoint());
-  if (replicator_ != nullptr) stats.set_replication_resends(replicator_->resends());
+  {
+    absl::MutexLock lock(&replicators_mu_);
+    uint64_t resends = 0;
+    for (const auto& [backup, replicator] : replicators_) resends += replicator->resends();
+    for (const auto& replicator : retired_replicators_) resends += replicator->resends();
+    stats.set_replication_resends(resends);
+  }
   return stats;
 }
 

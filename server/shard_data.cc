@@ -31,6 +31,15 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
                                                                             bool backup) const {
   const Tensor* tensor = table_.Find(tensor_key);
   if (tensor == nullptr) {
+    // A shard that rejoined has not seen the job's declarations: a partition placed on it is
+    // served by the shard that took it over.
+    const uint32_t group = ShardOfPartition(tensor_key, index, options_.num_shards);
+    if (const uint32_t server = group_server_[group].load();
+        group == options_.shard_index && server != options_.shard_index) {
+      return absl::UnavailableError(
+          absl::StrFormat("partition %d of tensor %016x is served by shard %d, not this shard %d",
+                          index, tensor_key, server, options_.shard_index));
+    }
     return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared", tensor_key));
   }
   HETPS_RETURN_IF_ERROR(CheckNotLost(*tensor));
@@ -46,13 +55,7 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint
   if (partition != nullptr && partition->is_backup() && !backup) {
     return absl::UnavailableError(absl::StrFormat(
         "partition %d of tensor '%s' is served by shard %d; this shard %d keeps its backup", index,
-        name, home, options_.shard_index));
-  }
-  if (partition != nullptr && home == options_.shard_index && own_group_moved_.load()) {
-    return absl::UnavailableError(absl::StrFormat(
-        "partition %d of tensor '%s' is served by shard %d, which took this shard's partitions "
-        "over while it was down",
-        index, name, own_group_server_.load()));
+        name, group_server_[home].load(), options_.shard_index));
   }
   if (partition == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -173,14 +176,6 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ParseDataRequest(
 }
 
 void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
-  // Workers send here only what was this shard's; it was taken over while the shard was down
-  // (moved, not lost: the worker goes on at the shard that serves it now).
-  if (own_group_moved_.load(std::memory_order_relaxed)) {
-    reply(absl::UnavailableError(absl::StrFormat(
-        "shard %d restarted after shard %d took its partitions over: they are served there",
-        options_.shard_index, own_group_server_.load())));
-    return;
-  }
   ShardMetrics::Add(metrics_->data_requests, 1);
   ShardMetrics::Add(metrics_->payload_bytes_received, request.payload.size());
   DataCall call;
@@ -224,7 +219,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   auto shared_items = std::make_shared<std::vector<DataItem>>(*std::move(items));
   // A pull may wait for a later version, a replicated push for its backup; the deadline counts
   // from when it has to.
-  if (call.pull || replicator_ != nullptr) {
+  if (call.pull || replication_on_) {
     pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
                          &Shard::ExplainWait, this, shared_items, &waiting_, request.connection);
   }

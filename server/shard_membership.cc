@@ -1,6 +1,7 @@
 // A shard's membership in etcd (ShardOptions::etcd): the lease it holds while it runs, its
-// address registered under the lease, and the rule that a shard acknowledges updates only
-// while its lease is held.
+// address registered under the lease, the rule that a shard acknowledges updates only while
+// its lease is held, and who serves and who backs up each group of partitions (failover and
+// rejoin).
 #include <optional>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
@@ -17,11 +19,22 @@ namespace hetps::server {
 
 namespace {
 
-// "<epoch> <shard>", the value of a group's key.
-bool ParseGroup(const std::string& value, uint64_t* epoch, uint32_t* shard) {
+// A group's key holds "<epoch> <server> <backup or -> <backup's lease>".
+std::string FormatGroup(const Shard::GroupRecord& record) {
+  return absl::StrCat(record.epoch, " ", record.server, " ",
+                      record.backup < 0 ? "-" : absl::StrCat(record.backup), " ",
+                      record.backup_lease);
+}
+
+bool ParseGroup(const std::string& value, Shard::GroupRecord* record) {
   const std::vector<std::string> fields = absl::StrSplit(value, ' ');
-  return fields.size() == 2 && absl::SimpleAtoi(fields[0], epoch) &&
-         absl::SimpleAtoi(fields[1], shard);
+  if (fields.size() != 4 || !absl::SimpleAtoi(fields[0], &record->epoch) ||
+      !absl::SimpleAtoi(fields[1], &record->server) ||
+      !absl::SimpleAtoi(fields[3], &record->backup_lease)) {
+    return false;
+  }
+  record->backup = -1;
+  return fields[2] == "-" || absl::SimpleAtoi(fields[2], &record->backup);
 }
 
 }  // namespace
@@ -34,94 +47,237 @@ std::string Shard::GroupKey(uint32_t group) const {
   return absl::StrCat("/hetps/", options_.job_id, "/groups/", group);
 }
 
+std::string Shard::StateRunKey(uint32_t index) const {
+  return absl::StrCat("/hetps/", options_.job_id, "/state_runs/", index);
+}
+
+absl::StatusOr<Shard::GroupRecord> Shard::ParseGroupKey(uint32_t group,
+                                                        const EtcdClient::Value& value) const {
+  GroupRecord record;
+  if (!ParseGroup(value.value, &record) || record.server >= options_.num_shards ||
+      record.backup >= static_cast<int64_t>(options_.num_shards)) {
+    return absl::DataLossError(
+        absl::StrFormat("etcd key %s is malformed: '%s'", GroupKey(group), value.value));
+  }
+  record.mod_revision = value.mod_revision;
+  return record;
+}
+
+absl::StatusOr<Shard::GroupRecord> Shard::ReadGroup(uint32_t group) const {
+  HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> value, etcd_->Get(GroupKey(group)));
+  if (!value.has_value()) {
+    return absl::NotFoundError(absl::StrFormat("etcd has no key %s", GroupKey(group)));
+  }
+  return ParseGroupKey(group, *value);
+}
+
+absl::StatusOr<std::vector<std::optional<Shard::GroupRecord>>> Shard::ReadGroups() const {
+  // One read for all: every shard does this every quarter lease.
+  const std::string prefix = absl::StrCat("/hetps/", options_.job_id, "/groups/");
+  HETPS_ASSIGN_OR_RETURN(auto values, etcd_->GetPrefix(prefix));
+  std::vector<std::optional<GroupRecord>> records(options_.num_shards);
+  for (uint32_t group = 0; group < options_.num_shards; ++group) {
+    auto it = values.find(GroupKey(group));
+    if (it == values.end()) continue;
+    absl::StatusOr<GroupRecord> record = ParseGroupKey(group, it->second);
+    if (record.ok()) records[group] = *record;
+  }
+  return records;
+}
+
+absl::StatusOr<bool> Shard::WriteGroup(uint32_t group, const GroupRecord& record) {
+  return etcd_->PutIf(GroupKey(group), record.mod_revision, FormatGroup(record));
+}
+
 absl::Status Shard::ClaimOwnGroup() {
   const uint32_t me = options_.shard_index;
-  HETPS_ASSIGN_OR_RETURN(bool created, etcd_->PutIf(GroupKey(me), 0, absl::StrCat(1, " ", me)));
+  GroupRecord initial;
+  initial.epoch = 1;
+  initial.server = me;
+  // The next shard starts with the job, with complete copies: it names its lease itself.
+  initial.backup = replication_on_ ? static_cast<int64_t>((me + 1) % options_.num_shards) : -1;
+  HETPS_ASSIGN_OR_RETURN(bool created, WriteGroup(me, initial));
   if (created) {
     fresh_member_.store(true);
-    return absl::OkStatus();
+    return etcd_->Put(StateRunKey(me), absl::StrCat(incarnation_));
   }
-  HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> group, etcd_->Get(GroupKey(me)));
-  uint64_t epoch = 0;
-  uint32_t server = 0;
-  if (!group.has_value() || !ParseGroup(group->value, &epoch, &server)) {
-    return absl::DataLossError(absl::StrFormat("etcd key %s is malformed", GroupKey(me)));
+  // A restart, or a new run of the job. Wait (bounded) while the last run may still be handed
+  // over: its registration has not ended yet, or a backup with complete copies is due to take
+  // over.
+  const absl::Time deadline = absl::Now() + 3 * options_.lease_ttl + absl::Seconds(1);
+  GroupRecord record;
+  while (true) {
+    HETPS_ASSIGN_OR_RETURN(record, ReadGroup(me));
+    group_server_[me].store(record.server);
+    absl::StatusOr<EtcdClient::Value> server = FindMember(record.server);
+    if (!server.ok() && server.status().code() != absl::StatusCode::kNotFound) {
+      return server.status();
+    }
+    if (record.server != me && server.ok()) {
+      // Served by the shard that took them over: this shard's state lives on there, and this
+      // shard rejoins as a backup, so workers that knew it keep their view of its run.
+      HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> run, etcd_->Get(StateRunKey(me)));
+      uint64_t adopted = 0;
+      if (run.has_value() && absl::SimpleAtoi(run->value, &adopted)) incarnation_ = adopted;
+      LogWarning(
+          "shard %d: its partitions are served by shard %d since epoch %d (taken over while "
+          "this shard was down); it rejoins as a backup",
+          me, record.server, record.epoch);
+      return absl::OkStatus();
+    }
+    bool handover_due = record.server == me && server.ok();  // the last run's lease is on
+    if (record.server == me && !server.ok() && record.backup >= 0) {
+      absl::StatusOr<EtcdClient::Value> backup = FindMember(static_cast<uint32_t>(record.backup));
+      handover_due =
+          backup.ok() && (record.backup_lease == 0 || backup->lease == record.backup_lease);
+    }
+    if (!handover_due || absl::Now() >= deadline) break;
+    absl::SleepFor(options_.lease_ttl / 4);
   }
-  // Whoever the key names is alive if registered (this shard is not registered yet: a
-  // registration of its own index is its previous run's, whose lease has not ended).
-  absl::StatusOr<std::string> registered = FindMember(server);
-  if (!registered.ok() && registered.status().code() != absl::StatusCode::kNotFound) {
-    return registered.status();
-  }
-  const bool alive = registered.ok();
-  if (server != me && alive) {
-    own_group_moved_.store(true);
-    own_group_server_.store(server);
-    LogWarning(
-        "shard %d: its partitions are served by shard %d since epoch %d (taken over while this "
-        "shard was down); it does not serve them",
-        me, server, epoch);
-  } else if (server == me && alive) {
-    // Restarted before its last run's lease ended: the copies it keeps of another shard's
-    // partitions start empty, so it must never take over with them.
-    LogWarning(
-        "shard %d: restarted while its last run was still registered: it will not take "
-        "another shard's partitions over (its copies of them start empty)",
-        me);
-  } else {
-    // A new run of the job (the shard the key names is gone): this shard's own again.
-    HETPS_ASSIGN_OR_RETURN(bool reclaimed, etcd_->PutIf(GroupKey(me), group->mod_revision,
-                                                        absl::StrCat(epoch + 1, " ", me)));
-    if (!reclaimed) return absl::AbortedError("another shard claimed this shard's partitions");
-    fresh_member_.store(true);
-  }
-  return absl::OkStatus();
+  // A new run of the job, or its state is lost (no backup took it over: workers that knew the
+  // last run get DataLoss): this shard's own again, without a backup until one catches up.
+  GroupRecord reclaimed{record.epoch + 1, me, -1, 0, record.mod_revision};
+  HETPS_ASSIGN_OR_RETURN(bool won, WriteGroup(me, reclaimed));
+  if (!won) return absl::AbortedError("another shard claimed this shard's partitions");
+  group_server_[me].store(me);
+  replica_target_[me].store(-1);
+  return etcd_->Put(StateRunKey(me), absl::StrCat(incarnation_));
 }
 
-void Shard::WatchPrimary() {
-  const uint32_t primary = PrimaryOfBackups();
-  // A quarter of the lease: the takeover follows the primary's lease within that.
+void Shard::ManageGroups() {
+  // A quarter of the lease: a takeover follows a server's lease within that.
   const absl::Duration period = options_.lease_ttl / 4;
-  // Not registered yet is not gone: only a primary seen alive (registered, or sending
-  // changes) can be gone.
   absl::MutexLock lock(&watch_mu_);
-  while (!took_over_.load()) {
+  while (!watch_stopped_) {
+    std::vector<std::pair<uint32_t, uint32_t>> lost = std::move(lost_backups_);
+    lost_backups_.clear();
     watch_mu_.Unlock();
-    absl::StatusOr<std::string> member = FindMember(primary);
-    if (member.ok()) primary_seen_.store(true);
-    if (primary_seen_.load() && member.status().code() == absl::StatusCode::kNotFound) {
-      TakeOver(primary);
+    for (const auto& [group, backup] : lost) ForgetBackup(group, backup);
+    absl::StatusOr<std::vector<std::optional<GroupRecord>>> records = ReadGroups();
+    for (uint32_t group = 0; records.ok() && group < options_.num_shards && !stopped_.load();
+         ++group) {
+      if ((*records)[group].has_value()) ManageGroup(group, *(*records)[group]);
     }
     watch_mu_.Lock();
-    auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) { return watch_stopped_; };
-    if (watch_mu_.AwaitWithTimeout(absl::Condition(&stopped), period)) return;
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
+      return watch_stopped_ || !lost_backups_.empty();
+    };
+    watch_mu_.AwaitWithTimeout(absl::Condition(&wake), period);
   }
 }
 
-void Shard::TakeOver(uint32_t group) {
-  // Only a shard that holds its own lease, and has held copies since the job began, may take
-  // over; etcd decides between contenders.
-  if (!CheckLease().ok() || !fresh_member_.load()) return;
-  absl::StatusOr<std::optional<EtcdClient::Value>> current = etcd_->Get(GroupKey(group));
-  uint64_t epoch = 0;
-  uint32_t server = 0;
-  if (!current.ok() || !current->has_value() || !ParseGroup((*current)->value, &epoch, &server) ||
-      server != group) {
+void Shard::ReportBackupLost(uint32_t group, uint32_t backup) {
+  absl::MutexLock lock(&watch_mu_);
+  lost_backups_.emplace_back(group, backup);
+}
+
+void Shard::ManageGroup(uint32_t group, GroupRecord record) {
+  group_server_[group].store(record.server);
+  const uint32_t me = options_.shard_index;
+  if (record.server == me) {
+    if (!CheckLease().ok()) return;
+    if (record.backup >= 0) {
+      WatchBackup(group, record);
+    } else {
+      CatchUp(group, record);
+    }
     return;
   }
-  absl::StatusOr<bool> won = etcd_->PutIf(GroupKey(group), (*current)->mod_revision,
-                                          absl::StrCat(epoch + 1, " ", options_.shard_index));
+  if (record.backup != static_cast<int64_t>(me) || lease_ == nullptr) return;
+  if (record.backup_lease == 0 && fresh_member_.load()) {
+    // Named at the job's start, with copies complete since: this run's lease makes it so.
+    GroupRecord named = record;
+    named.backup_lease = lease_->id();
+    absl::StatusOr<bool> written = WriteGroup(group, named);
+    if (!written.ok() || !*written) return;
+    absl::StatusOr<GroupRecord> again = ReadGroup(group);
+    if (!again.ok()) return;
+    record = *again;
+  }
+  if (record.backup_lease != lease_->id()) return;  // not this run's copies
+  // Only a server seen alive in this epoch can be gone (at the start, it may not have
+  // registered yet): registered, or sending changes.
+  if (changes_received_[group].exchange(false)) seen_epoch_[group] = record.epoch;
+  absl::StatusOr<EtcdClient::Value> server = FindMember(record.server);
+  if (server.ok()) {
+    seen_epoch_[group] = record.epoch;
+  } else if (server.status().code() == absl::StatusCode::kNotFound &&
+             seen_epoch_[group] == record.epoch) {
+    TakeOver(group, record);
+  }
+}
+
+void Shard::WatchBackup(uint32_t group, const GroupRecord& record) {
+  const uint32_t backup = static_cast<uint32_t>(record.backup);
+  absl::StatusOr<EtcdClient::Value> member = FindMember(backup);
+  if (member.ok()) {
+    int64_t& seen = backup_lease_seen_[group];
+    if (seen == 0) seen = member->lease;
+    // Restarted (a new lease): its copies start empty.
+    if (member->lease != seen ||
+        (record.backup_lease != 0 && member->lease != record.backup_lease)) {
+      ForgetBackup(group, backup);
+    }
+  } else if (member.status().code() == absl::StatusCode::kNotFound &&
+             (backup_lease_seen_[group] != 0 || record.backup_lease != 0)) {
+    ForgetBackup(group, backup);
+  }
+}
+
+void Shard::TakeOver(uint32_t group, const GroupRecord& record) {
+  // Only a shard that holds its own lease may take over; etcd decides between contenders.
+  if (!CheckLease().ok()) return;
+  GroupRecord next{record.epoch + 1, options_.shard_index, -1, 0, record.mod_revision};
+  absl::StatusOr<bool> won = WriteGroup(group, next);
   if (!won.ok() || !*won) return;
   LogWarning(
-      "shard %d: shard %d is gone (its etcd lease ended): this shard serves its partitions "
-      "from its backups from now on (epoch %d), without copies until a shard rejoins",
-      options_.shard_index, group, epoch + 1);
-  took_over_.store(true);
+      "shard %d: shard %d is gone (its etcd lease ended): this shard serves the partitions "
+      "placed on shard %d from its backups from now on (epoch %d), without copies until a "
+      "shard rejoins",
+      options_.shard_index, record.server, group, next.epoch);
+  group_server_[group].store(options_.shard_index);
+  replica_target_[group].store(-1);
+  ForEachPartitionOfGroup(
+      group, [this](Partition* p) { owners_[p->owner()]->Post([p] { p->Promote(); }); });
+}
+
+void Shard::ForgetBackup(uint32_t group, uint32_t backup) {
+  absl::StatusOr<GroupRecord> record = ReadGroup(group);
+  if (!record.ok()) {
+    ReportBackupLost(group, backup);  // etcd unreachable: acknowledgements wait meanwhile
+    return;
+  }
+  if (record->server != options_.shard_index) return;  // not this shard's to decide
+  if (record->backup == static_cast<int64_t>(backup)) {
+    // The record first: once it names no backup, that one can never take over with copies
+    // that miss what this shard acknowledges from now on.
+    GroupRecord next = *record;
+    next.backup = -1;
+    next.backup_lease = 0;
+    absl::StatusOr<bool> written = WriteGroup(group, next);
+    if (!written.ok() || !*written) {
+      ReportBackupLost(group, backup);
+      return;
+    }
+    LogWarning(
+        "shard %d: backup shard %d of the partitions placed on shard %d is gone or lost its "
+        "copies: they go on without a copy until it rejoins",
+        options_.shard_index, backup, group);
+  }
+  backup_lease_seen_[group] = 0;
+  if (replica_target_[group].exchange(-1) < 0) return;
+  RetireReplicator(backup);
+  ForEachPartitionOfGroup(
+      group, [this](Partition* p) { owners_[p->owner()]->Post([p] { p->DropBackup(); }); });
+}
+
+void Shard::ForEachPartitionOfGroup(uint32_t group, absl::FunctionRef<void(Partition*)> f) {
   table_.ForEach([&](const Tensor& tensor) {
     for (const auto& partition : tensor.partitions) {
-      if (partition == nullptr || !partition->is_backup()) continue;
-      Partition* p = partition.get();
-      owners_[p->owner()]->Post([p] { p->Promote(); });
+      if (partition != nullptr &&
+          ShardOfPartition(tensor.decl.key(), partition->index(), options_.num_shards) == group) {
+        f(partition.get());
+      }
     }
   });
 }
@@ -130,8 +286,12 @@ absl::Status Shard::JoinCluster() {
   if (options_.etcd.empty()) return absl::OkStatus();
   HETPS_ASSIGN_OR_RETURN(etcd_, EtcdClient::Connect(options_.etcd));
   HETPS_ASSIGN_OR_RETURN(lease_, LeaseHolder::Start(etcd_.get(), options_.lease_ttl));
+  HETPS_ASSIGN_OR_RETURN(auto records, ReadGroups());
+  for (uint32_t group = 0; group < options_.num_shards; ++group) {
+    if (records[group].has_value()) group_server_[group].store(records[group]->server);
+  }
   HETPS_RETURN_IF_ERROR(ClaimOwnGroup());
-  if (replicator_ != nullptr) watcher_ = std::thread([this] { WatchPrimary(); });
+  if (replication_on_) watcher_ = std::thread([this] { ManageGroups(); });
   return absl::OkStatus();
 }
 
@@ -149,7 +309,7 @@ absl::Status Shard::Register(const std::string& address) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Shard::FindMember(uint32_t index) const {
+absl::StatusOr<EtcdClient::Value> Shard::FindMember(uint32_t index) const {
   if (etcd_ == nullptr) {
     return absl::UnavailableError(
         absl::StrFormat("shard %d has not joined the cluster in etcd yet", options_.shard_index));
@@ -160,7 +320,7 @@ absl::StatusOr<std::string> Shard::FindMember(uint32_t index) const {
         absl::StrFormat("shard %d is not registered in etcd at %s (%s): not started, or gone",
                         index, options_.etcd, MemberKey(index)));
   }
-  return member->value;
+  return *std::move(member);
 }
 
 absl::Status Shard::CheckLease() const {

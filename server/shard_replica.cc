@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "optimizer/registry.h"
 #include "proto/reused_message.h"
 #include "server/request_util.h"
 #include "server/shard.h"
@@ -31,42 +33,92 @@ absl::Status Shard::CheckPeerHello(const hetps::v1::HelloRequest& hello) const {
         "start every shard with the same --replicas",
         options_.shard_index, options_.replicas, peer));
   }
-  if (peer != PrimaryOfBackups()) {
+  if (peer >= options_.num_shards || peer == options_.shard_index) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("shard %d keeps the backups of shard %d, not of shard %d",
-                        options_.shard_index, PrimaryOfBackups(), peer));
+        absl::StrFormat("shard %d: a connection says it is shard %d of %d", options_.shard_index,
+                        peer, options_.num_shards));
   }
   return absl::OkStatus();
 }
 
+bool Shard::ServesGroup(uint32_t peer, uint32_t group) {
+  if (group_server_[group].load() == peer) return true;
+  // It may have taken the group over since this shard last looked.
+  if (etcd_ == nullptr) return false;
+  absl::StatusOr<GroupRecord> record = ReadGroup(group);
+  if (!record.ok()) return false;
+  group_server_[group].store(record->server);
+  return record->server == peer;
+}
+
 void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes) {
-  replicator_->Send(std::move(changes), [this, &partition](absl::Status status) {
-    if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
-      // The backup is gone (its lease ended): go on without a copy rather than stall.
-      owners_[partition.owner()]->RunHereOrPost([&partition] { partition.DropBackup(); });
-      return;
-    }
-    // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
-    if (!status.ok()) return;
-    // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
-    // (its waiting requests end at their deadlines, saying why).
-    if (!CheckLease().ok()) return;
-    owners_[partition.owner()]->RunHereOrPost([&partition] { partition.Replicated(); });
-  });
+  const uint32_t group =
+      ShardOfPartition(changes.front().meta.tensor_key(), partition.index(), options_.num_shards);
+  const int32_t backup = replica_target_[group].load();
+  if (backup < 0) {
+    // Its backup was forgotten (etcd names none) before this change was sent.
+    owners_[partition.owner()]->RunHereOrPost([&partition] { partition.DropBackup(); });
+    return;
+  }
+  ReplicatorFor(static_cast<uint32_t>(backup))
+      ->Send(std::move(changes), [this, &partition, group, backup](absl::Status status) {
+        if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
+          // The backup is gone (its lease ended) or lost its copies: once etcd names no backup,
+          // the group goes on without one rather than stall (the watcher does both).
+          ReportBackupLost(group, static_cast<uint32_t>(backup));
+          return;
+        }
+        // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
+        if (!status.ok()) return;
+        // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
+        // (its waiting requests end at their deadlines, saying why).
+        if (!CheckLease().ok()) return;
+        owners_[partition.owner()]->RunHereOrPost([&partition] { partition.Replicated(); });
+      });
+}
+
+absl::Status Shard::DeclareFromSnapshot(const hetps::v1::ReplicatedChange& snapshot) {
+  if (table_.Find(snapshot.tensor_key()) != nullptr) return absl::OkStatus();
+  const hetps::v1::TensorDecl& decl = snapshot.decl();
+  if (decl.key() != snapshot.tensor_key() || decl.key() != TensorKeyFromName(decl.name())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a snapshot of tensor %016x declares tensor '%s'", snapshot.tensor_key(), decl.name()));
+  }
+  HETPS_ASSIGN_OR_RETURN(auto created, CreateTensor(decl));
+  const Tensor& tensor = *created.first;
+  absl::MutexLock lock(&tensor.schedule_mu);
+  for (const hetps::v1::ScheduleEntry& entry : snapshot.schedule()) {
+    tensor.schedule[entry.from_version()] =
+        OptimizerParams(entry.params().begin(), entry.params().end());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Shard::Schedule> Shard::ScheduleOf(const hetps::v1::ReplicatedChange& snapshot) {
+  Schedule schedule;
+  for (const hetps::v1::ScheduleEntry& entry : snapshot.schedule()) {
+    const OptimizerParams params(entry.params().begin(), entry.params().end());
+    HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> rule,
+                           CreateOptimizer(snapshot.decl().optimizer().name(), params));
+    schedule.emplace_back(entry.from_version(), std::move(rule));
+  }
+  return schedule;
 }
 
 void Shard::Replicate(transport::Request request, transport::ReplyCallback reply) {
+  uint32_t peer = 0;
   {
     absl::MutexLock lock(&peers_mu_);
-    if (!peer_connections_.contains(request.connection)) {
+    auto it = peer_connections_.find(request.connection);
+    if (it == peer_connections_.end()) {
       reply(absl::PermissionDeniedError(absl::StrFormat(
-          "shard %d takes replicated changes only from its primary, shard %d, on the connection "
-          "it opened",
-          options_.shard_index, PrimaryOfBackups())));
+          "shard %d takes replicated changes only from the shards that serve the partitions it "
+          "keeps copies of, on connections they opened",
+          options_.shard_index)));
       return;
     }
+    peer = it->second;
   }
-  primary_seen_.store(true, std::memory_order_relaxed);
   ReusedMessage<hetps::v1::ReplicateRequest> replicate;
   if (absl::Status parsed = ParseHeaderInto(request.header, *replicate); !parsed.ok()) {
     reply(parsed);
@@ -75,13 +127,52 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
   // Checked whole first: each change's partition must be a backup here, its bytes in the
   // payload.
   struct Item {
+    int change;  // its index in the request
     Partition* partition;
     transport::Payload bytes;
+    Schedule schedule;  // snapshots
   };
   std::vector<Item> items;
   items.reserve(replicate->changes_size());
   uint64_t offset = 0;
-  for (const hetps::v1::ReplicatedChange& change : replicate->changes()) {
+  for (int c = 0; c < replicate->changes_size(); ++c) {
+    const hetps::v1::ReplicatedChange& change = replicate->changes(c);
+    const uint32_t group =
+        ShardOfPartition(change.tensor_key(), change.partition(), options_.num_shards);
+    if (!ServesGroup(peer, group)) {
+      reply(absl::PermissionDeniedError(absl::StrFormat(
+          "shard %d: shard %d does not serve the partitions placed on shard %d (partition %d of "
+          "tensor %016x), so it may not change their copies here",
+          options_.shard_index, peer, group, change.partition(), change.tensor_key())));
+      return;
+    }
+    changes_received_[group].store(true, std::memory_order_relaxed);
+    if (change.kind() == hetps::v1::CHANGE_KIND_DECLARE) {
+      // A rejoining shard learns a tensor before its partitions' snapshots: created (seconds
+      // for gigabytes) on the declaring thread, as workers' declarations are.
+      if (replicate->changes_size() != 1 || change.num_bytes() != 0) {
+        reply(absl::InvalidArgumentError("a declaration comes alone, without bytes"));
+        return;
+      }
+      auto once = std::make_shared<transport::ReplyCallback>(std::move(reply));
+      const bool posted = declarer_->Post([this, change, once] {
+        absl::Status declared = DeclareFromSnapshot(change);
+        (*once)(declared.ok() ? absl::StatusOr<transport::Response>(
+                                    HeaderResponse(hetps::v1::ReplicateResponse()))
+                              : absl::StatusOr<transport::Response>(declared));
+      });
+      if (!posted) {
+        (*once)(absl::UnavailableError(
+            absl::StrFormat("shard %d is shutting down", options_.shard_index)));
+      }
+      return;
+    }
+    if (change.kind() == hetps::v1::CHANGE_KIND_SNAPSHOT) {
+      if (absl::Status declared = DeclareFromSnapshot(change); !declared.ok()) {
+        reply(declared);
+        return;
+      }
+    }
     absl::StatusOr<std::pair<const Tensor*, Partition*>> located =
         LocatePartition(change.tensor_key(), change.partition(), /*backup=*/true);
     if (located.ok() && !located->second->is_backup()) {
@@ -97,7 +188,17 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
       reply(absl::InvalidArgumentError("the payload ends before the changes' bytes do"));
       return;
     }
-    items.push_back(Item{located->second, request.payload.Subrange(offset, change.num_bytes())});
+    Schedule schedule;
+    if (change.kind() == hetps::v1::CHANGE_KIND_SNAPSHOT) {
+      absl::StatusOr<Schedule> rules = ScheduleOf(change);
+      if (!rules.ok()) {
+        reply(rules.status());
+        return;
+      }
+      schedule = *std::move(rules);
+    }
+    items.push_back(Item{c, located->second, request.payload.Subrange(offset, change.num_bytes()),
+                         std::move(schedule)});
     offset += change.num_bytes();
   }
   if (offset != request.payload.size()) {
@@ -122,8 +223,12 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
   }
   auto apply = [pending, changes, items = std::move(items)]() mutable {
     for (size_t i = 0; i < items.size(); ++i) {
-      absl::Status applied = items[i].partition->ApplyReplicated(
-          changes->changes(static_cast<int>(i)), std::move(items[i].bytes));
+      const hetps::v1::ReplicatedChange& change = changes->changes(items[i].change);
+      absl::Status applied =
+          change.kind() == hetps::v1::CHANGE_KIND_SNAPSHOT
+              ? items[i].partition->LoadSnapshot(change, std::move(items[i].schedule),
+                                                 items[i].bytes)
+              : items[i].partition->ApplyReplicated(change, std::move(items[i].bytes));
       if (!applied.ok()) {
         pending->Fail(applied);
         return;

@@ -31,7 +31,7 @@ absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocateForWorker(
     bool backup) const {
   HETPS_RETURN_IF_ERROR(CheckRank(rank));
   HETPS_RETURN_IF_ERROR(CheckStateRun(shard_incarnation));
-  if (backup && replicator_ == nullptr) {
+  if (backup && !replication_on_) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "shard %d keeps no backup copies: replication is off (ps-server --replicas 1)",
         options_.shard_index));

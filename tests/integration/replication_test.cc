@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -90,6 +91,72 @@ TEST_P(ReplicationTest, AShardKilledMidTrainingCostsAPauseNotTheJob) {
   ASSERT_NO_FATAL_FAILURE(ExpectModelsMatchTheReference(cluster_, 2, steps));
   EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(2)), "shard 1 is gone"))
       << testing::ReadFile(cluster_.shard_log(2));
+}
+
+// Chaos with a rejoin: shard 1 is killed around step 80 (shard 2 takes its partitions over),
+// comes back empty around step 120 and, while training goes on, shard 0 and shard 2 copy it
+// the partitions it keeps copies of; then shard 2 is killed: shard 1 takes its own partitions
+// back from those copies and shard 0 takes shard 2's. The job finishes without a restart, with
+// exactly the weights of an uninterrupted run (bitwise).
+TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::vector<std::string> flags = {"--replicas=2", "--etcd=" + (*etcd)->endpoint(),
+                                          "--lease_s=1"};
+  ASSERT_TRUE(StartCluster(3, 2, flags).ok());
+  const int steps = 300;
+  // Each step computes for 20 ms, so that the shards fail and rejoin while training goes on.
+  std::vector<std::unique_ptr<integration::Subprocess>> workers =
+      StartWorkers(2, steps, "bsp", {"--compute_ms=20"});
+  auto await_log = [&](const std::string& path, const std::string& text) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!absl::StrContains(testing::ReadFile(path), text) && absl::Now() < deadline &&
+           workers[0]->running()) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return absl::StrContains(testing::ReadFile(path), text);
+  };
+  const std::string worker0 = absl::StrCat(cluster_.dir(), "/worker0.log");
+  ASSERT_TRUE(await_log(worker0, "rank 0 step 80 ")) << WorkerLog(cluster_, 0);
+  cluster_.shard(1).Signal(SIGKILL);
+  ASSERT_TRUE(await_log(worker0, "rank 0 step 120 ")) << WorkerLog(cluster_, 0);
+  ASSERT_TRUE(await_log(cluster_.shard_log(2), "shard 1 is gone"))
+      << testing::ReadFile(cluster_.shard_log(2));
+  ASSERT_TRUE(cluster_.Restart(1).ok());
+  // Shard 0 copies its own partitions to shard 1, shard 2 the ones it took over from shard 1.
+  ASSERT_TRUE(await_log(cluster_.shard_log(0),
+                        "shard 1 is a full backup of the partitions placed on shard 0 again"))
+      << testing::ReadFile(cluster_.shard_log(0));
+  ASSERT_TRUE(await_log(cluster_.shard_log(2),
+                        "shard 1 is a full backup of the partitions placed on shard 1 again"))
+      << testing::ReadFile(cluster_.shard_log(2));
+  ASSERT_FALSE(absl::StrContains(WorkerLog(cluster_, 0), "final loss"))
+      << "training ended before shard 1 caught up: nothing is left to test";
+  ASSERT_TRUE(await_log(worker0, "rank 0 step 160 ")) << WorkerLog(cluster_, 0);
+  cluster_.shard(2).Signal(SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+  }
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(1)), "shard 2 is gone"))
+      << testing::ReadFile(cluster_.shard_log(1));
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(0)), "shard 2 is gone"))
+      << testing::ReadFile(cluster_.shard_log(0));
+
+  // The same job, undisturbed.
+  auto etcd2 = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd2.ok()) << etcd2.status();
+  testing::LocalCluster undisturbed;  // stops before its etcd
+  ASSERT_TRUE(StartClusterOf(undisturbed, 3, 2,
+                             {"--replicas=2", "--etcd=" + (*etcd2)->endpoint(), "--lease_s=1"})
+                  .ok());
+  std::vector<std::unique_ptr<integration::Subprocess>> reference =
+      StartWorkers(2, steps, "bsp", {}, &undisturbed);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(reference[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(undisturbed, r);
+    EXPECT_EQ(integration::ReadFloats(absl::StrCat(cluster_.dir(), "/model", r)),
+              integration::ReadFloats(absl::StrCat(undisturbed.dir(), "/model", r)))
+        << "worker " << r << ": the weights differ from the undisturbed run's";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "worker/client.h"
 #include "worker/examples/job_flags.h"
@@ -25,6 +26,9 @@ ABSL_FLAG(std::string, pull_dtype, "fp32", "How weights come back: fp32, bf16 or
 ABSL_FLAG(int, dim, 256, "Number of features");
 ABSL_FLAG(int, samples, 2048, "Samples per worker");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the synthetic problem");
+ABSL_FLAG(int, compute_ms, 0,
+          "Milliseconds each step spends computing besides the gradient, as a larger model's "
+          "forward and backward pass would (tests that act while training goes on)");
 ABSL_FLAG(std::string, output, "",
           "If set, the final model (dim weights, then the bias) is written here as raw floats");
 
@@ -101,6 +105,7 @@ int main(int argc, char** argv) {
         hetps::examples::LossAndGradient(data, w, b, absl::MakeSpan(grad_w), &grad_b);
     std::printf("rank %u step %d loss %.6f\n", options.rank, step, loss);
     std::fflush(stdout);
+    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_compute_ms)));
     absl::Status s = (*client)->PushPull(gradients, model, static_cast<uint64_t>(step)).Wait();
     if (!s.ok()) return Fail(s);
   }

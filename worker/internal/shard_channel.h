@@ -61,7 +61,8 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   void Send(std::shared_ptr<PendingCall> call);
   std::shared_ptr<ShardChannel> StandIn();
   void OnResponse(std::shared_ptr<PendingCall> call, absl::StatusOr<transport::Response> result);
-  bool ScheduleRetry(std::shared_ptr<PendingCall> call);
+  // Sends `call` again after its pause (`at_once`: now); false past its deadline.
+  bool ScheduleRetry(std::shared_ptr<PendingCall> call, bool at_once = false);
   void RunRetry(uint64_t retry_id);
   void Complete(PendingCall& call, absl::StatusOr<transport::Response> result);
   // Marks a use of the connection (returned) until Exit(); null once shutting down.
