@@ -11,8 +11,9 @@ packages=(
   # The Python module and its tests (python/): the interpreter with Debian's PyTorch.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest python3-sklearn
   python3-pip python3-setuptools python3-wheel
-  # Replication's coordination (ps-server --replicas 2), and the tests that start it.
-  etcd-server
+  # Replication's coordination (ps-server --replicas 2), and the tests that start it; network
+  # namespaces for the test that cuts a shard off.
+  etcd-server iproute2
   "$@"
 )
 
