@@ -6,7 +6,8 @@
 # takes its own partitions back from those copies), and prints:
 #   failover_1_ms, failover_2_ms   last step acknowledged before each kill to the first after
 #   rejoin_ms                      restart of shard 1 to its being a full backup again
-#   copy_ms_from_shard_0/2         how long each copying shard took (its log)
+#   copy_ms_from_shard_0/2         how long each copying shard took (its log), of which
+#   declare_ms_from_shard_0        shard 1 set the tensors up (allocating its copies)
 #   median_step_ms, longest_step_during_rejoin_ms
 #   link_ms                        --shard_bytes over the link at the transport's raw floor
 #                                  (ps-bench's push floor at the partition size)
@@ -91,15 +92,19 @@ acks="$run_dir/acks"
 driver_pid=$!
 await "[ -s $acks ] && [ \$(wc -l <$acks) -ge 50 ]" 300
 
-# The pause a kill costs: from the last step acknowledged before it to the first after.
-kill_and_measure() {  # shard
-  local killed_at
+# The pause a kill costs: the longest wait between acknowledged steps from the last one before
+# the kill until steps flow again after the takeover (`$2` logs it).
+kill_and_measure() {  # shard, log of the shard that takes over
+  local killed_at resumed_at
   kill -KILL "${shard_pids[$1]}"
   killed_at=$(now_ms)
-  await "[ \$(tail -n 1 $acks) -gt $killed_at ]" 120
-  awk -v t="$killed_at" '$1 <= t { before = $1 } $1 > t { print $1 - before; exit }' "$acks"
+  await "grep -q 'shard $1 is gone' $2" 120
+  resumed_at=$(now_ms)
+  await "[ \$(tail -n 1 $acks) -gt $resumed_at ]" 120
+  awk -v t="$killed_at" '$1 <= t { prev = $1; next }
+                         prev { if ($1 - prev > m) m = $1 - prev; prev = $1 } END { print m + 0 }' "$acks"
 }
-failover_1=$(kill_and_measure 1)
+failover_1=$(kill_and_measure 1 "$run_dir/shard2.log")
 shard_pids[1]=0
 
 : >"$run_dir/shard1.log"
@@ -108,17 +113,24 @@ start_shard 1 "${ports[1]}"
 await "grep -q 'shard 1 is a full backup of the partitions placed on shard 0 again' $run_dir/shard0.log" 600
 await "grep -q 'shard 1 is a full backup of the partitions placed on shard 1 again' $run_dir/shard2.log" 600
 rejoined_at=$(now_ms)
-copy_ms() {  # log: "(N partitions copied in 1.234s)" in absl's duration format
-  sed -n 's/.*shard 1 is a full backup.*copied in \([^)]*\)).*/\1/p' "$1" | tail -n 1 |
-    awk '{ v = $1; ms = 0
-           if (v ~ /ms$/) { sub(/ms$/, "", v); ms = v }
-           else { if (v ~ /m/) { split(v, p, "m"); ms += p[1] * 60000; v = p[2] }
-                  sub(/s$/, "", v); ms += v * 1000 }
-           printf "%.0f", ms }'
+# A duration in absl's format ("1.5s", "850ms", "1m2.5s") in ms.
+to_ms() {
+  awk '{ v = $1; ms = 0
+         if (v ~ /ms$/) { sub(/ms$/, "", v); ms = v }
+         else { if (v ~ /m/) { split(v, p, "m"); ms += p[1] * 60000; v = p[2] }
+                sub(/s$/, "", v); ms += v * 1000 }
+         printf "%.0f", ms }'
+}
+copy_ms() {  # log: "... full backup ... again (N partitions copied in 1.234s)"
+  sed -n 's/.*shard 1 is a full backup.*copied in \([^)]*\)).*/\1/p' "$1" | tail -n 1 | to_ms
+}
+declare_ms() {  # log: "shard 1 declared N tensors in 1.234s"
+  sed -n 's/.*shard 1 declared [0-9]* tensors in \(.*\)$/\1/p' "$1" | tail -n 1 | to_ms
 }
 copy_0=$(copy_ms "$run_dir/shard0.log")
 copy_2=$(copy_ms "$run_dir/shard2.log")
-failover_2=$(kill_and_measure 2)
+declare_0=$(declare_ms "$run_dir/shard0.log")
+failover_2=$(kill_and_measure 2 "$run_dir/shard0.log")
 shard_pids[2]=0
 touch "$run_dir/stop"
 wait "$driver_pid" || { cat "$run_dir/driver.log" >&2; exit 1; }
@@ -142,6 +154,7 @@ echo "failover_2_ms=$failover_2"
 echo "rejoin_ms=$((rejoined_at - restarted_at))"
 echo "copy_ms_from_shard_0=$copy_0"
 echo "copy_ms_from_shard_2=$copy_2"
+echo "declare_ms_from_shard_0=$declare_0"
 echo "median_step_ms=$median_step"
 echo "longest_step_during_rejoin_ms=$longest_during_rejoin"
 echo "link_floor_gbps=$floor_gbps"

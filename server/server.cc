@@ -48,10 +48,6 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         "replicas 2 needs 2 shards or more: a partition's backup lives on another shard");
   }
-  if (options.replicas == 2 && !options.restore_dir.empty()) {
-    return absl::InvalidArgumentError(
-        "restoring a checkpoint with replicas 2 is not supported yet: restore with replicas 1");
-  }
   if (!options.servers.empty() && options.servers.size() != options.num_shards) {
     return absl::InvalidArgumentError(absl::StrFormat("servers lists %d addresses for %d shards",
                                                       options.servers.size(), options.num_shards));

@@ -84,7 +84,8 @@ class Shard final : public transport::RequestHandler {
   ~Shard() override;
 
   // Takes the state of a checkpoint's part (LoadCheckpointPart): declares its tensors and
-  // fills their partitions. Only before the shard serves any request. DataLoss naming the file
+  // fills their partitions. Only before the shard serves any request (and before JoinCluster:
+  // replicated, the backup then catches up with the restored state). DataLoss naming the file
   // if the part does not fit (a partition of another shard, sizes that do not match).
   absl::Status Restore(const CheckpointPartData& part);
   // The step the restored checkpoint was cut at (0: started empty).

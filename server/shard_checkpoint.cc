@@ -36,6 +36,9 @@ std::map<uint64_t, hetps::v1::TensorImage> Shard::CheckpointCatalog() const {
 }
 
 absl::Status Shard::Restore(const CheckpointPartData& part) {
+  // Replicated, the backups hold none of it: each partition replicates once the backup has
+  // caught up with a copy of it (server/shard_catch_up.cc).
+  replica_target_[options_.shard_index].store(-1);
   for (const hetps::v1::TensorImage& image : part.header.tensors()) {
     const hetps::v1::TensorDecl& decl = image.decl();
     auto refuse = [&](const std::string& why) {
@@ -64,7 +67,8 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
     size_t restored = 0;
     for (const hetps::v1::PartitionImage& partition_image : image.partitions()) {
       const uint32_t index = partition_image.index();
-      if (index >= tensor.partitions.size() || tensor.partitions[index] == nullptr) {
+      if (index >= tensor.partitions.size() || tensor.partitions[index] == nullptr ||
+          ShardOfPartition(decl.key(), index, options_.num_shards) != options_.shard_index) {
         return refuse(absl::StrFormat("partition %d is not this shard's", index));
       }
       absl::Status status =
@@ -72,9 +76,10 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
       if (!status.ok()) return refuse(std::string(status.message()));
       ++restored;
     }
-    const size_t owned = static_cast<size_t>(
-        std::count_if(tensor.partitions.begin(), tensor.partitions.end(),
-                      [](const auto& partition) { return partition != nullptr; }));
+    // This shard's own (replicated, it also keeps copies of the previous shard's).
+    const size_t owned = ShareOfShard(tensor.layout, decl.key(), options_.num_shards,
+                                      options_.shard_index)
+                             .partitions;
     if (restored != owned) {
       return refuse(
           absl::StrFormat("the part holds %d of this shard's %d partitions", restored, owned));

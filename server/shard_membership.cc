@@ -95,7 +95,10 @@ absl::Status Shard::ClaimOwnGroup() {
   initial.epoch = 1;
   initial.server = me;
   // The next shard starts with the job, with complete copies: it names its lease itself.
-  initial.backup = replication_on_ ? static_cast<int64_t>((me + 1) % options_.num_shards) : -1;
+  // Restored from a checkpoint, it has none: it becomes the backup by catching up.
+  initial.backup = replication_on_ && resume_step_ == 0
+                       ? static_cast<int64_t>((me + 1) % options_.num_shards)
+                       : -1;
   HETPS_ASSIGN_OR_RETURN(bool created, WriteGroup(me, initial));
   if (created) {
     fresh_member_.store(true);

@@ -19,6 +19,7 @@
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "tests/integration/example_job.h"
+#include "tests/testing/etcd_process.h"
 #include "worker/client.h"
 
 namespace hetps {
@@ -31,7 +32,14 @@ using testing::BinaryPath;
 using testing::LocalCluster;
 using testing::ReadFile;
 using testing::Subprocess;
-using CheckpointTest = integration::ExampleJobTest;
+class CheckpointTest : public integration::ExampleJobTest {
+ protected:
+  // 200 BSP steps of Adam on 2 workers and `shards` shards (with `flags`) uninterrupted, and the
+  // same job stopped after step 150 by killing every shard, restored from the newest
+  // checkpoint and finished: bitwise equal.
+  void ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(int shards,
+                                                          const std::vector<std::string>& flags);
+};
 
 const std::vector<std::string> kAdam = {"--optimizer=adam"};
 
@@ -52,10 +60,12 @@ void KillShards(LocalCluster& cluster, int num_shards) {
   }
 }
 
-TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
+void CheckpointTest::ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
+    int shards, const std::vector<std::string>& flags) {
+  LocalCluster& cluster = cluster_;
   // The uninterrupted run: 200 BSP steps of Adam, 2 workers, 2 shards.
   LocalCluster uninterrupted;
-  ASSERT_TRUE(StartClusterOf(uninterrupted, 2, 2).ok());
+  ASSERT_TRUE(StartClusterOf(uninterrupted, shards, 2).ok());
   {
     auto workers = StartWorkers(2, 200, "bsp", kAdam, &uninterrupted);
     for (int r = 0; r < 2; ++r) {
@@ -65,12 +75,14 @@ TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
 
   // The same job with a checkpoint every 20 steps, stopped after step 150 by killing every
   // shard, then restored from the newest checkpoint (step 140).
-  const std::string dir = cluster_.dir() + "/checkpoints";
-  ASSERT_TRUE(StartCluster(2, 2, {"--checkpoint_every=20", "--checkpoint_dir=" + dir}).ok());
+  const std::string dir = cluster.dir() + "/checkpoints";
+  std::vector<std::string> with_checkpoints = {"--checkpoint_every=20", "--checkpoint_dir=" + dir};
+  with_checkpoints.insert(with_checkpoints.end(), flags.begin(), flags.end());
+  ASSERT_TRUE(StartClusterOf(cluster, shards, 2, with_checkpoints).ok());
   {
-    auto workers = StartWorkers(2, 150, "bsp", kAdam);
+    auto workers = StartWorkers(2, 150, "bsp", kAdam, &cluster);
     for (int r = 0; r < 2; ++r) {
-      ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+      ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
     }
   }
   // Step 140's checkpoint, unless a shard skipped it because the one before was still being
@@ -78,19 +90,23 @@ TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
   const std::string step140 = server::CheckpointStepDir(dir, 140);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   auto skipped = [&] {
-    return absl::StrContains(ReadFile(cluster_.shard_log(0)), "no checkpoint of step 140") ||
-           absl::StrContains(ReadFile(cluster_.shard_log(1)), "no checkpoint of step 140");
+    for (int i = 0; i < shards; ++i) {
+      if (absl::StrContains(ReadFile(cluster.shard_log(i)), "no checkpoint of step 140")) {
+        return true;
+      }
+    }
+    return false;
   };
   while (!fs::exists(step140 + "/MANIFEST") && !skipped() && absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(fs::exists(step140 + "/MANIFEST") || skipped())
-      << ReadFile(cluster_.shard_log(0)) << ReadFile(cluster_.shard_log(1));
-  KillShards(cluster_, 2);
+      << ReadFile(cluster.shard_log(0)) << ReadFile(cluster.shard_log(1));
+  KillShards(cluster, shards);
   int restored_step = 0;
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(cluster_.Restart(i, {"--restore=" + dir}).ok()) << ReadFile(cluster_.shard_log(i));
-    const std::string log = ReadFile(cluster_.shard_log(i));
+  for (int i = 0; i < shards; ++i) {
+    ASSERT_TRUE(cluster.Restart(i, {"--restore=" + dir}).ok()) << ReadFile(cluster.shard_log(i));
+    const std::string log = ReadFile(cluster.shard_log(i));
     const size_t at = log.find("restored step ");
     ASSERT_NE(at, std::string::npos) << log;
     restored_step = std::stoi(log.substr(at + 14));
@@ -100,15 +116,15 @@ TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
   if (fs::exists(step140 + "/MANIFEST")) {
     EXPECT_EQ(restored_step, 140);
   }
-  auto workers = StartWorkers(2, 200, "bsp", kAdam);
+  auto workers = StartWorkers(2, 200, "bsp", kAdam, &cluster);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster, r);
     EXPECT_TRUE(
-        absl::StrContains(WorkerLog(cluster_, r), absl::StrCat("resumes at step ", restored_step)))
-        << WorkerLog(cluster_, r);
-    EXPECT_FALSE(absl::StrContains(WorkerLog(cluster_, r),
+        absl::StrContains(WorkerLog(cluster, r), absl::StrCat("resumes at step ", restored_step)))
+        << WorkerLog(cluster, r);
+    EXPECT_FALSE(absl::StrContains(WorkerLog(cluster, r),
                                    absl::StrCat("step ", restored_step - 1, " loss")));
-    const std::vector<float> restored = ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
+    const std::vector<float> restored = ReadFloats(absl::StrCat(cluster.dir(), "/model", r));
     const std::vector<float> expected = ReadFloats(absl::StrCat(uninterrupted.dir(), "/model", r));
     ASSERT_EQ(restored.size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
@@ -116,6 +132,26 @@ TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
       ASSERT_EQ(std::memcmp(&restored[i], &expected[i], sizeof(float)), 0)
           << "weight " << i << ": " << restored[i] << " vs " << expected[i];
     }
+  }
+}
+
+TEST_P(CheckpointTest, RestoredJobEndsBitwiseLikeAnUninterruptedOne) {
+  ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(2, {});
+}
+
+// Replicated: each shard restores its part, and its backup catches up with the restored state
+// (a snapshot of every partition) while the job goes on.
+TEST_P(CheckpointTest, ReplicatedRestoredJobEndsBitwiseLikeAnUninterruptedOneAndItsBackupsCatchUp) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
+      3, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(absl::StrContains(
+        ReadFile(cluster_.shard_log(i)),
+        absl::StrCat("shard ", (i + 1) % 3, " is a full backup of the partitions placed on shard ",
+                     i, " again")))
+        << ReadFile(cluster_.shard_log(i));
   }
 }
 
