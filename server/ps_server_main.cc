@@ -97,8 +97,9 @@ ABSL_FLAG(double, lease_s, 2,
           "least 1; renewed every third of it). A shard that cannot renew it in time "
           "acknowledges no update");
 ABSL_FLAG(std::vector<std::string>, servers, {},
-          "Every shard's address (host:port), in shard order, as workers list them: where a "
-          "shard finds its backup with --replicas 2. Empty: learnt from the workers' hello");
+          "Every shard's address (host:port), in shard order, as workers list them: with "
+          "--replicas 2, this shard advertises its own in etcd, where the other shards find it. "
+          "Empty: the address it listens on");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");
 

@@ -59,9 +59,10 @@ struct ServerOptions {
   // another job, shard count or worker count.
   std::string restore_dir;
   // Copies of each partition: 1, or 2 (each partition also on the next shard, which takes
-  // every change before a worker's push is acknowledged; needs 2 shards or more). `servers`:
-  // every shard's address in shard order, where this one finds its backup; empty: it learns
-  // them from the first worker's hello.
+  // every change before a worker's push is acknowledged, takes the partitions over when their
+  // server goes and catches up when it comes back; needs 2 shards or more and etcd).
+  // `servers`: every shard's address in shard order, as the shards advertise them in etcd;
+  // empty: the address each listens on.
   uint32_t replicas = 1;
   std::vector<std::string> servers;
   // etcd ("host:port"), needed with 2 replicas: the shards hold leases there and find each

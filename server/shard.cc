@@ -439,6 +439,15 @@ absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
   HETPS_RETURN_IF_ERROR(CheckRank(declare.worker_rank()));
   HETPS_RETURN_IF_ERROR(CheckStateRun(declare.shard_incarnation()));
   const hetps::v1::TensorDecl& decl = declare.tensor();
+  HETPS_RETURN_IF_ERROR(CheckTensorDecl(decl));
+  if (!declare.value_partitions().empty() && decl.init().kind() != hetps::v1::INIT_KIND_VALUES) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor '%s': initial values sent, but its initializer is not 'values'", decl.name()));
+  }
+  return declare;
+}
+
+absl::Status Shard::CheckTensorDecl(const hetps::v1::TensorDecl& decl) {
   if (decl.name().empty()) return absl::InvalidArgumentError("a tensor needs a name");
   if (decl.key() != TensorKeyFromName(decl.name())) {
     return absl::InvalidArgumentError(
@@ -453,12 +462,7 @@ absl::StatusOr<hetps::v1::DeclareRequest> Shard::CheckDeclaration(
     return absl::InvalidArgumentError(
         absl::StrFormat("tensor '%s': unknown sync mode %d", decl.name(), decl.sync_mode()));
   }
-  HETPS_RETURN_IF_ERROR(ValidateInitializer(decl.init()));
-  if (!declare.value_partitions().empty() && decl.init().kind() != hetps::v1::INIT_KIND_VALUES) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "tensor '%s': initial values sent, but its initializer is not 'values'", decl.name()));
-  }
-  return declare;
+  return ValidateInitializer(decl.init());
 }
 
 absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(

@@ -165,6 +165,9 @@ class Shard final : public transport::RequestHandler {
   void DeclareNow(transport::Request request, transport::ReplyCallback reply);
   absl::StatusOr<hetps::v1::DeclareRequest> CheckDeclaration(
       const transport::Request& request) const;
+  // A tensor's declaration (a worker's, or a snapshot's): name and key, dtype, sync mode,
+  // initializer.
+  static absl::Status CheckTensorDecl(const hetps::v1::TensorDecl& decl);
   // The partitions whose initial values a declaration carries, checked like a push.
   absl::StatusOr<std::vector<DataItem>> ResolveInitialValues(
       const Tensor& tensor, const hetps::v1::DeclareRequest& declare,

@@ -80,7 +80,8 @@ void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> cha
 absl::Status Shard::DeclareFromSnapshot(const hetps::v1::ReplicatedChange& snapshot) {
   if (table_.Find(snapshot.tensor_key()) != nullptr) return absl::OkStatus();
   const hetps::v1::TensorDecl& decl = snapshot.decl();
-  if (decl.key() != snapshot.tensor_key() || decl.key() != TensorKeyFromName(decl.name())) {
+  HETPS_RETURN_IF_ERROR(CheckTensorDecl(decl));
+  if (decl.key() != snapshot.tensor_key()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a snapshot of tensor %016x declares tensor '%s'", snapshot.tensor_key(), decl.name()));
   }

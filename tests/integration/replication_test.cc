@@ -104,7 +104,7 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   const std::vector<std::string> flags = {"--replicas=2", "--etcd=" + (*etcd)->endpoint(),
                                           "--lease_s=1"};
   ASSERT_TRUE(StartCluster(3, 2, flags).ok());
-  const int steps = 300;
+  const int steps = 400;
   // Each step computes for 20 ms, so that the shards fail and rejoin while training goes on.
   std::vector<std::unique_ptr<integration::Subprocess>> workers =
       StartWorkers(2, steps, "bsp", {"--compute_ms=20"});

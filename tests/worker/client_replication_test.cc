@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/partitioning.h"
 #include "gtest/gtest.h"
 #include "tests/testing/call.h"
 #include "tests/testing/etcd_process.h"
@@ -346,6 +347,28 @@ TEST_P(ClientReplicationTest, OnlyTheShardThatServesAPartitionMayReplicateToItsB
   greeting.greeting = peer.SerializeAsString();
   const absl::Status without_token = attempt(greeting);
   EXPECT_EQ(without_token.code(), absl::StatusCode::kUnauthenticated) << without_token;
+  // From the partition's server itself, snapshots that do not fit are refused too.
+  peer.set_auth_token(token);
+  greeting.greeting = peer.SerializeAsString();
+  change->set_kind(hetps::v1::CHANGE_KIND_SNAPSHOT);
+  change->set_version(7);
+  change->mutable_decl()->set_name("w");
+  change->mutable_decl()->set_key(*id);
+  change->mutable_decl()->mutable_optimizer()->set_name("sgd");
+  change->add_schedule()->set_from_version(0);
+  for (int rank = 0; rank < 1; ++rank) change->add_run_images();
+  bytes.resize(bytes.size() / 2);  // the weights only half there
+  change->set_num_bytes(bytes.size() * sizeof(float));
+  const absl::Status short_snapshot = attempt(greeting);
+  EXPECT_EQ(short_snapshot.code(), absl::StatusCode::kInvalidArgument) << short_snapshot;
+  // A tensor shard 1 does not know, whose key is not its name's.
+  uint64_t unknown = 1;
+  while (ShardOfPartition(unknown, of_shard_0, 3) != 0) ++unknown;
+  change->set_tensor_key(unknown);
+  change->mutable_decl()->set_key(unknown);
+  const absl::Status misnamed = attempt(greeting);
+  EXPECT_EQ(misnamed.code(), absl::StatusCode::kInvalidArgument) << misnamed;
+  EXPECT_TRUE(absl::StrContains(misnamed.message(), "does not match tensor name")) << misnamed;
   EXPECT_EQ(cluster_->shard(1).StateDigest(), before);
 }
 
