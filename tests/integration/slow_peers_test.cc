@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "proto/frame.pb.h"
@@ -96,6 +97,51 @@ TEST(KeepaliveTest, AShardThatStopsAnsweringIsNoticedBeforeTheCallsDeadlineThenR
       absl::SleepFor(absl::Milliseconds(50));
     } while (absl::Now() < give_up);
     EXPECT_TRUE(again.ok()) << "no reconnection once the shard answers again: " << again;
+    (*connection)->Shutdown();
+  }
+}
+
+// A shard killed while a call waits on it (a barrier the other worker never reaches): the call
+// fails within a couple of seconds, not at the next keepalive (10 s by default) nor at its
+// deadline, so that a worker of a replicated job goes on at the partition's other copy soon.
+TEST(KeepaliveTest, AKilledShardFailsTheCallWaitingOnItWithinSeconds) {
+  for (const std::string& name : testing::TransportsUnderTest({})) {
+    SCOPED_TRACE(name);
+    LocalCluster cluster;
+    std::vector<std::string> env;
+    if (name == "ucx-tcp") env.push_back("UCX_TLS=tcp");
+    ASSERT_TRUE(
+        cluster.Start(1, 2, {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx")}, env)
+            .ok());
+    std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(name);
+    auto connection = transport->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
+                                         testing::WorkerGreeting(0, 1, 0, 2));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    ASSERT_TRUE(testing::CallAndWait(**connection, Echo(absl::Seconds(10))).ok());
+    hetps::v1::BarrierRequest barrier;
+    barrier.set_worker_rank(0);
+    barrier.set_generation(1);
+    barrier.set_incarnation(7);
+    transport::Request request;
+    request.method = hetps::v1::METHOD_BARRIER;
+    request.header = barrier.SerializeAsString();
+    request.deadline = absl::Now() + absl::Seconds(120);
+    absl::Notification done;
+    absl::Status waited;
+    (*connection)->Call(std::move(request), [&](absl::StatusOr<transport::Response> result) {
+      waited = result.status();
+      done.Notify();
+    });
+    ASSERT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(500)))
+        << "the barrier did not wait: " << waited;
+    cluster.shard(0).Signal(SIGKILL);
+    const absl::Time killed = absl::Now();
+    ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    const absl::Duration noticed = absl::Now() - killed;
+    EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
+    EXPECT_LT(noticed, absl::Seconds(5)) << waited;
+    std::cout << name << ": a killed shard failed the call waiting on it after "
+              << absl::FormatDuration(noticed) << "\n";
     (*connection)->Shutdown();
   }
 }

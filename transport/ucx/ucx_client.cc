@@ -1,5 +1,6 @@
 #include "transport/ucx/ucx_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -27,6 +28,11 @@ namespace {
 // rendezvous descriptor itself (ucp_am_recv_callback_t). Releasing it there too (with
 // ucp_am_data_release, only for descriptors kept with UCS_INPROGRESS) would free it twice.
 
+// While calls wait for the server, it is checked at least this often: a server that died with
+// calls in flight (its replicated partitions served elsewhere by now) is noticed in about a
+// second, not a whole keepalive_interval.
+constexpr absl::Duration kProbeWhileCallsWait = absl::Seconds(1);
+
 size_t TotalSize(const ResponseSink& spans) {
   size_t total = 0;
   for (const auto& span : spans) total += span.size();
@@ -48,6 +54,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   absl::Duration keepalive_timeout;
   std::shared_ptr<internal::CallTracker> tracker;
   std::unique_ptr<Connection> bootstrap;  // gRPC, to the same server
+  absl::Time last_probe = absl::Now();    // only on the timer thread
 
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
@@ -83,7 +90,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   // failure detection (see CreateEndpoint) this is how a restarted or vanished server shows.
   void Probe();
   void OnProbe(absl::StatusOr<Response> response);
-  // Probes every keepalive_interval while connected.
+  // Probes every keepalive_interval while connected, and every kProbeWhileCallsWait while
+  // calls wait for the server.
   void ScheduleKeepalive();
   void Connected(const std::string& server_address, uint64_t id);
   void Fail(const absl::Status& status);
@@ -187,14 +195,19 @@ void ClientCore::Probe() {
 
 void ClientCore::ScheduleKeepalive() {
   if (keepalive_interval == absl::InfiniteDuration()) return;
-  timers->Schedule(absl::Now() + keepalive_interval, [weak = weak_from_this()] {
+  const absl::Duration tick = std::min(keepalive_interval, kProbeWhileCallsWait);
+  timers->Schedule(absl::Now() + tick, [weak = weak_from_this()] {
     std::shared_ptr<ClientCore> core = weak.lock();
     if (core == nullptr) return;
     {
       absl::MutexLock lock(&core->mu);
       if (core->shut_down) return;
     }
-    core->Probe();
+    const absl::Time now = absl::Now();
+    if (core->tracker->outstanding() > 0 || now - core->last_probe >= core->keepalive_interval) {
+      core->last_probe = now;
+      core->Probe();
+    }
     core->ScheduleKeepalive();
   });
 }

@@ -38,8 +38,9 @@ struct ClientWorker {
 class UcxConnection final : public Connection {
  public:
   // Bootstraps over gRPC at `address` and opens a UCX endpoint to the server. While connected,
-  // it checks every keepalive_interval that the server answers over the bootstrap connection
-  // (UCX's own peer failure detection is off, see CreateEndpoint).
+  // it checks every keepalive_interval, and every second while calls wait, that the server
+  // answers over the bootstrap connection (UCX's own peer failure detection is off, see
+  // CreateEndpoint).
   // REQUIRES: `client_worker` and `timers` outlive the connection.
   static absl::StatusOr<std::unique_ptr<UcxConnection>> Connect(
       const std::string& address, absl::Time deadline, const ConnectOptions& connect,
