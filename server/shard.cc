@@ -110,12 +110,17 @@ Replicator* Shard::ReplicatorFor(uint32_t backup) {
 }
 
 void Shard::RetireReplicator(uint32_t backup) {
-  absl::MutexLock lock(&replicators_mu_);
-  auto it = replicators_.find(backup);
-  if (it == replicators_.end()) return;
-  it->second->Stop();
-  retired_replicators_.push_back(std::move(it->second));
-  replicators_.erase(it);
+  Replicator* retired = nullptr;
+  {
+    absl::MutexLock lock(&replicators_mu_);
+    auto it = replicators_.find(backup);
+    if (it == replicators_.end()) return;
+    retired = it->second.get();
+    retired_replicators_.push_back(std::move(it->second));
+    replicators_.erase(it);
+  }
+  // Without the lock (see Stop). Retired replicators live until the shard goes.
+  retired->Stop();
 }
 
 Shard::~Shard() {
@@ -129,10 +134,14 @@ void Shard::Stop() {
       absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index));
   barrier_.FailAll(stopping);
   declarer_->Stop();  // declarations in progress finish first: they hand values to the owners
+  // Stopped without the lock: a replicator's thread may be finishing a batch whose next one
+  // looks its replicator up (ReplicatorFor), and stopping joins that thread.
+  std::vector<Replicator*> replicators;
   {
     absl::MutexLock lock(&replicators_mu_);
-    for (auto& [backup, replicator] : replicators_) replicator->Stop();
+    for (auto& [backup, replicator] : replicators_) replicators.push_back(replicator.get());
   }
+  for (Replicator* replicator : replicators) replicator->Stop();
   {
     absl::MutexLock lock(&watch_mu_);
     watch_stopped_ = true;
