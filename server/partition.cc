@@ -438,6 +438,21 @@ transport::Payload Partition::ReadState(uint64_t* version) const {
   return transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy)), copy);
 }
 
+absl::Status Partition::CopyStateFrom(const transport::Payload& state) {
+  const size_t n = config_.range.size;
+  if (weights_.use_count() > 1) {
+    // A pull is sending the current weights: the new ones go into a fresh buffer.
+    HETPS_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(n));
+    weights_ = std::make_shared<AlignedBuffer>(std::move(fresh));
+  }
+  state.CopyTo(0, transport::AsWritableBytes(weights_->span()));
+  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
+    state.CopyTo((slot + 1) * n * sizeof(float),
+                 transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Partition::WriteState(uint64_t version, const transport::Payload& state) {
   const size_t n = config_.range.size;
   const size_t expected = n * (1 + state_slots_.size()) * sizeof(float);
@@ -451,16 +466,7 @@ absl::Status Partition::WriteState(uint64_t version, const transport::Payload& s
         "partition %d holds gradients of step %d, not yet applied: write state between steps",
         config_.index, steps_.begin()->first));
   }
-  if (weights_.use_count() > 1) {
-    // A pull is sending the current weights: the new ones go into a fresh buffer.
-    HETPS_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(n));
-    weights_ = std::make_shared<AlignedBuffer>(std::move(fresh));
-  }
-  state.CopyTo(0, transport::AsWritableBytes(weights_->span()));
-  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
-    state.CopyTo((slot + 1) * n * sizeof(float),
-                 transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
-  }
+  HETPS_RETURN_IF_ERROR(CopyStateFrom(state));
   awaits_values_ = false;
   bf16_ = fp16_ = WireCopy();  // conversions of the old weights
   version_.store(version, std::memory_order_release);

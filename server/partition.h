@@ -264,6 +264,10 @@ class Partition {
   // The version pulls are answered at: what the backup confirmed, or version() unreplicated.
   uint64_t served_version() const { return replicated() ? replicated_version_ : version(); }
   const Optimizer& OptimizerForNextStep();
+  // WriteState and LoadSnapshot: the weights (into a buffer of their own while a pull still
+  // sends the old ones) and each state slot, straight from `state` laid out as ReadState's.
+  // REQUIRES: state.size() is ReadState's.
+  absl::Status CopyStateFrom(const transport::Payload& state);
   // Restore and LoadSnapshot: each worker's run (by rank) and the version, as copied.
   void TakeRunsAndVersion(const google::protobuf::RepeatedPtrField<hetps::v1::WorkerRunImage>& runs,
                           uint64_t version);

@@ -157,17 +157,7 @@ absl::Status Partition::LoadSnapshot(
         config_.index, bytes.size(), snapshot.state_slots(), snapshot.run_images_size(), n,
         state_slots_.size(), runs_.size()));
   }
-  // Straight into place: the weights (a buffer of their own if a pull still sends the old
-  // ones), then each state slot.
-  if (weights_.use_count() > 1) {
-    HETPS_ASSIGN_OR_RETURN(AlignedBuffer fresh, AlignedBuffer::Allocate(n));
-    weights_ = std::make_shared<AlignedBuffer>(std::move(fresh));
-  }
-  bytes.CopyTo(0, transport::AsWritableBytes(weights_->span()));
-  for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
-    bytes.CopyTo((slot + 1) * n * sizeof(float),
-                 transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
-  }
+  HETPS_RETURN_IF_ERROR(CopyStateFrom(bytes));
   TakeRunsAndVersion(snapshot.run_images(), snapshot.version());
   steps_.clear();
   schedule_ = std::move(schedule);

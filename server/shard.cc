@@ -90,39 +90,6 @@ Shard::Shard(const ShardOptions& options)
   }
 }
 
-Replicator* Shard::ReplicatorFor(uint32_t backup) {
-  absl::MutexLock lock(&replicators_mu_);
-  std::unique_ptr<Replicator>& replicator = replicators_[backup];
-  if (replicator == nullptr) {
-    ReplicatorOptions replication;
-    replication.shard_index = options_.shard_index;
-    replication.backup_index = backup;
-    replication.num_shards = options_.num_shards;
-    replication.job_id = options_.job_id;
-    replication.auth_token = options_.auth_token;
-    replication.find_backup = [this, backup]() -> absl::StatusOr<std::string> {
-      HETPS_ASSIGN_OR_RETURN(EtcdClient::Value member, FindMember(backup));
-      return member.value;
-    };
-    replicator = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
-  }
-  return replicator.get();
-}
-
-void Shard::RetireReplicator(uint32_t backup) {
-  Replicator* retired = nullptr;
-  {
-    absl::MutexLock lock(&replicators_mu_);
-    auto it = replicators_.find(backup);
-    if (it == replicators_.end()) return;
-    retired = it->second.get();
-    retired_replicators_.push_back(std::move(it->second));
-    replicators_.erase(it);
-  }
-  // Without the lock (see Stop). Retired replicators live until the shard goes.
-  retired->Stop();
-}
-
 Shard::~Shard() {
   Stop();
   timers_.reset();  // no timer may fire into the members below once they start to go

@@ -1,6 +1,7 @@
 // Replication between shards (--replicas 2): a primary partition's changes go to the backup
 // shard through the Replicator; the backup applies them here.
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
@@ -39,6 +40,39 @@ absl::Status Shard::CheckPeerHello(const hetps::v1::HelloRequest& hello) const {
                         peer, options_.num_shards));
   }
   return absl::OkStatus();
+}
+
+Replicator* Shard::ReplicatorFor(uint32_t backup) {
+  absl::MutexLock lock(&replicators_mu_);
+  std::unique_ptr<Replicator>& replicator = replicators_[backup];
+  if (replicator == nullptr) {
+    ReplicatorOptions replication;
+    replication.shard_index = options_.shard_index;
+    replication.backup_index = backup;
+    replication.num_shards = options_.num_shards;
+    replication.job_id = options_.job_id;
+    replication.auth_token = options_.auth_token;
+    replication.find_backup = [this, backup]() -> absl::StatusOr<std::string> {
+      HETPS_ASSIGN_OR_RETURN(EtcdClient::Value member, FindMember(backup));
+      return member.value;
+    };
+    replicator = std::make_unique<Replicator>(replication, options_.peer_transport, timers_.get());
+  }
+  return replicator.get();
+}
+
+void Shard::RetireReplicator(uint32_t backup) {
+  Replicator* retired = nullptr;
+  {
+    absl::MutexLock lock(&replicators_mu_);
+    auto it = replicators_.find(backup);
+    if (it == replicators_.end()) return;
+    retired = it->second.get();
+    retired_replicators_.push_back(std::move(it->second));
+    replicators_.erase(it);
+  }
+  // Without the lock (see Stop). Retired replicators live until the shard goes.
+  retired->Stop();
 }
 
 bool Shard::ServesGroup(uint32_t peer, uint32_t group) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
@@ -211,7 +212,7 @@ TEST_P(ClientReplicationTest, AspEveryAcknowledgedPushCountsExactlyOnceAcrossAFa
     id = *declared;
   }
   std::atomic<int> acknowledged{0};
-  std::atomic<int> pushed_by_0{0};
+  absl::Notification a_third_pushed;  // by worker 0, or it stopped
   std::vector<absl::Status> failures(2);
   auto push = [&](Client* worker, int rank) {
     const std::vector<float> minus_one(kLarge, -1.0f);
@@ -219,17 +220,15 @@ TEST_P(ClientReplicationTest, AspEveryAcknowledgedPushCountsExactlyOnceAcrossAFa
       const absl::Status status = worker->Push(id, minus_one, 0).Wait();
       if (!status.ok()) {
         failures[rank] = status;
+        if (rank == 0) a_third_pushed.Notify();
         return;
       }
       acknowledged.fetch_add(1);
-      if (rank == 0) pushed_by_0.store(i + 1);
+      if (rank == 0 && i + 1 == kPushes / 3) a_third_pushed.Notify();
     }
   };
   std::thread w0(push, c0_.get(), 0), w1(push, c1_.get(), 1);
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (pushed_by_0.load() < kPushes / 3 && absl::Now() < deadline && failures[0].ok()) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  EXPECT_TRUE(a_third_pushed.WaitForNotificationWithTimeout(absl::Seconds(60)));
   cluster_->shard(1).Shutdown();
   w0.join();
   w1.join();
