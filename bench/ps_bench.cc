@@ -68,6 +68,10 @@ ABSL_FLAG(std::string, plot, "", "Write an SVG plot of latency and throughput ag
 ABSL_FLAG(std::string, replicas, "1",
           "Embedded mode: copies of each partition (ps-server --replicas), or a list of them "
           "measured one after the other on fresh shards, e.g. 1,2,1,2");
+ABSL_FLAG(std::string, metrics, "off",
+          "on: the workers (and embedded shards) serve /metrics and time what they do, as with "
+          "--metrics_port; off, or a list measured one after the other on fresh shards, e.g. "
+          "off,on,off,on (what metrics cost)");
 ABSL_FLAG(std::string, etcd, "",
           "Embedded mode with --replicas 2: etcd's address (host:port), where the shards hold "
           "their leases");
@@ -98,6 +102,7 @@ struct Plan {
   std::vector<std::string> transports;
   std::vector<SecuritySetting> security;  // measured one after the other per transport
   std::vector<uint32_t> replicas = {1};   // likewise, per security setting
+  std::vector<bool> metrics = {false};    // likewise, per replica count
   std::vector<std::string> ops;
   std::vector<uint64_t> sizes;
   MeasureSettings settings;  // op, bytes and transport filled in per measurement
@@ -204,6 +209,15 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   s.chunk_bytes = absl::GetFlag(FLAGS_partition_bytes);
   plan.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
 
+  plan.metrics.clear();
+  for (absl::string_view metrics : absl::StrSplit(absl::GetFlag(FLAGS_metrics), ',')) {
+    if (metrics != "on" && metrics != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--metrics takes on, off or a list of them, not '", metrics, "'"));
+    }
+    plan.metrics.push_back(metrics == "on");
+  }
+
   const std::string servers = absl::GetFlag(FLAGS_servers);
   plan.embedded = servers.empty();
   if (plan.embedded) {
@@ -259,6 +273,7 @@ JsonValue ConfigJson(const Plan& plan) {
                                        out->append(setting.name);
                                      }))
       .Set("replicas", absl::StrJoin(plan.replicas, ","))
+      .Set("metrics", absl::GetFlag(FLAGS_metrics))
       .Set("ops", absl::StrJoin(plan.ops, ","))
       .Set("sizes", std::move(sizes))
       .Set("workers", static_cast<int>(plan.world_size))
@@ -338,9 +353,20 @@ absl::Status WriteFile(const std::string& path, const std::string& contents) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<BenchResult>> RunTransport(
-    const Plan& plan, const std::string& transport_name, const SecuritySetting& security,
-    uint32_t replicas, const std::vector<std::string>& servers, size_t* done, size_t total) {
+// What one round of measurements runs with, besides the transport.
+struct ClusterSetting {
+  SecuritySetting security;
+  uint32_t replicas = 1;
+  bool metrics = false;
+};
+
+absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
+                                                      const std::string& transport_name,
+                                                      const ClusterSetting& setting,
+                                                      const std::vector<std::string>& servers,
+                                                      size_t* done, size_t total) {
+  const SecuritySetting& security = setting.security;
+  const uint32_t replicas = setting.replicas;
   transport::TransportOptions transport_options;
   transport_options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
   transport_options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
@@ -360,6 +386,10 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(
     options.connect_timeout = plan.timeout;
     options.partition_bytes = plan.settings.chunk_bytes;
     options.auth_token_file = security.auth_token_file;
+    if (setting.metrics) {
+      options.metrics_port = 0;
+      options.metrics_host = "127.0.0.1";
+    }
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
     if (!client.ok()) {
       return absl::Status(client.status().code(),
@@ -379,9 +409,9 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(
       settings.transport = transport_name;
       settings.op = op;
       settings.bytes = bytes;
-      std::fprintf(stderr, "\r[%zu/%zu] %s (security %s, replicas %u) %s %s ...          ", ++*done,
-                   total, transport_name.c_str(), security.name.c_str(), replicas, op.c_str(),
-                   FormatSize(bytes).c_str());
+      std::fprintf(stderr, "\r[%zu/%zu] %s (security %s, replicas %u, metrics %s) %s %s ...     ",
+                   ++*done, total, transport_name.c_str(), security.name.c_str(), replicas,
+                   setting.metrics ? "on" : "off", op.c_str(), FormatSize(bytes).c_str());
       std::fflush(stderr);
       HETPS_ASSIGN_OR_RETURN(std::vector<WorkerMeasurement> hetps,
                              OnEveryWorker(workers, [&](LocalWorker& worker) {
@@ -397,6 +427,7 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(
       r.transport = transport_name;
       r.security = security.name;
       r.replicas = static_cast<int>(replicas);
+      r.metrics = setting.metrics ? "on" : "off";
       r.op = op;
       r.bytes = bytes;
       r.workers = static_cast<int>(plan.world_size);
@@ -421,9 +452,11 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(
 }
 
 absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
-                                 const SecuritySetting& security, uint32_t replicas,
+                                 const ClusterSetting& setting,
                                  std::vector<std::unique_ptr<server::ShardServer>>* shards,
                                  std::vector<std::string>* servers) {
+  const SecuritySetting& security = setting.security;
+  const uint32_t replicas = setting.replicas;
   const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 0; i < plan.shards; ++i) {
     server::ServerOptions options;
@@ -440,6 +473,7 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
     options.tls_key_file = security.shard_tls_key_file;
     options.replicas = replicas;
     if (replicas > 1) options.etcd = absl::GetFlag(FLAGS_etcd);
+    if (setting.metrics) options.metrics_address = "127.0.0.1:0";
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<server::ShardServer> shard,
                            server::ShardServer::Start(options));
     servers->push_back(shard->address());
@@ -447,9 +481,9 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
   }
   std::fprintf(stderr,
                "ps-bench: embedded %s cluster of %d shards (%s), %d workers, security %s, "
-               "replicas %u\n",
+               "replicas %u, metrics %s\n",
                transport.c_str(), plan.shards, absl::StrJoin(*servers, ",").c_str(), plan.workers,
-               security.name.c_str(), replicas);
+               security.name.c_str(), replicas, setting.metrics ? "on" : "off");
   return absl::OkStatus();
 }
 
@@ -468,32 +502,35 @@ int Run() {
   }
   std::vector<BenchResult> results;
   size_t done = 0;
-  const size_t total = plan->transports.size() * plan->security.size() * plan->replicas.size() *
-                       plan->ops.size() * plan->sizes.size();
+  std::vector<ClusterSetting> settings;
+  for (const SecuritySetting& security : plan->security) {
+    for (uint32_t replicas : plan->replicas) {
+      for (bool metrics : plan->metrics) settings.push_back({security, replicas, metrics});
+    }
+  }
+  const size_t total =
+      plan->transports.size() * settings.size() * plan->ops.size() * plan->sizes.size();
   for (const std::string& transport : plan->transports) {
-    for (const SecuritySetting& security : plan->security) {
-      for (uint32_t replicas : plan->replicas) {
-        // Embedded mode: fresh shards in this process for every transport and setting
-        // (barrier generations and BSP steps start over with the new clients).
-        std::vector<std::unique_ptr<server::ShardServer>> shards;
-        std::vector<std::string> servers = plan->servers;
-        if (plan->embedded) {
-          absl::Status started =
-              StartEmbeddedShards(*plan, transport, security, replicas, &shards, &servers);
-          if (!started.ok()) {
-            std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
-                         started.ToString().c_str());
-            return kFailed;
-          }
-        }
-        absl::StatusOr<std::vector<BenchResult>> measured =
-            RunTransport(*plan, transport, security, replicas, servers, &done, total);
-        if (!measured.ok()) {
-          std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
+    for (const ClusterSetting& setting : settings) {
+      // Embedded mode: fresh shards in this process for every transport and setting
+      // (barrier generations and BSP steps start over with the new clients).
+      std::vector<std::unique_ptr<server::ShardServer>> shards;
+      std::vector<std::string> servers = plan->servers;
+      if (plan->embedded) {
+        absl::Status started = StartEmbeddedShards(*plan, transport, setting, &shards, &servers);
+        if (!started.ok()) {
+          std::fprintf(stderr, "ps-bench: cannot start an embedded shard: %s\n",
+                       started.ToString().c_str());
           return kFailed;
         }
-        results.insert(results.end(), measured->begin(), measured->end());
       }
+      absl::StatusOr<std::vector<BenchResult>> measured =
+          RunTransport(*plan, transport, setting, servers, &done, total);
+      if (!measured.ok()) {
+        std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
+        return kFailed;
+      }
+      results.insert(results.end(), measured->begin(), measured->end());
     }
   }
   std::fprintf(stderr, "\r%60s\r", "");

@@ -18,6 +18,7 @@ JsonValue ResultJson(const BenchResult& r) {
   value.Set("transport", r.transport)
       .Set("security", r.security)
       .Set("replicas", r.replicas)
+      .Set("metrics", r.metrics)
       .Set("op", r.op)
       .Set("bytes", r.bytes)
       .Set("workers", r.workers)

@@ -17,6 +17,7 @@ struct BenchResult {
   std::string transport;
   std::string security = "off";  // off | token | tls | token+tls
   int replicas = 1;              // copies of each partition the shards keep
+  std::string metrics = "off";   // on: shards and workers serve /metrics and time requests
   std::string op;
   uint64_t bytes = 0;  // payload bytes of one operation (one direction)
   int workers = 0;

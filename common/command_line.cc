@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/simd.h"
+#include "common/version.h"
 
 namespace hetps {
 namespace {
@@ -61,6 +62,12 @@ void ParseCommandLine(int argc, char** argv, absl::string_view main_file, absl::
     return false;
   };
   config.contains_helpshort_flags = config.contains_help_flags;
+  // --version
+  config.version_string = [program = std::string(argc > 0 ? argv[0] : "hetps")] {
+    const size_t slash = program.rfind('/');
+    return absl::StrCat(slash == std::string::npos ? program : program.substr(slash + 1),
+                        " (hetps) ", Version(), "\n");
+  };
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
   // absl's own handling of --help exits with status 1, as if asking for help were an error.

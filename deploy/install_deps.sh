@@ -14,6 +14,8 @@ packages=(
   # Replication's coordination (ps-server --replicas 2), and the tests that start it; network
   # namespaces for the test that cuts a shard off.
   etcd-server iproute2
+  # The metrics test: a real Prometheus scrapes shards and a worker; promtool checks the pages.
+  prometheus curl
   "$@"
 )
 

@@ -163,6 +163,11 @@ uint64_t CheckpointWriter::last_durable() const {
   return last_durable_;
 }
 
+absl::Time CheckpointWriter::last_durable_time() const {
+  absl::MutexLock lock(&mu_);
+  return last_durable_time_;
+}
+
 void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
   const uint64_t step = copy.version;
   auto ready = std::make_shared<Copies>();
@@ -243,7 +248,10 @@ void CheckpointWriter::Write(uint64_t step, Copies copies) {
   {
     absl::MutexLock lock(&mu_);
     Step& state = steps_[step];
-    if (status.ok()) last_durable_ = std::max(last_durable_, step);
+    if (status.ok() && step > last_durable_) {
+      last_durable_ = step;
+      last_durable_time_ = absl::Now();
+    }
     state.done = true;
     state.result = status;
     waiters = std::move(state.waiters);

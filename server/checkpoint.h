@@ -33,6 +33,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/task_thread.h"
 #include "proto/checkpoint.pb.h"
 #include "server/partition.h"
@@ -76,6 +77,8 @@ class CheckpointWriter {
 
   // The newest step of which this shard's part is durable (0: none yet).
   uint64_t last_durable() const;
+  // When that step became durable (InfinitePast: none yet).
+  absl::Time last_durable_time() const;
 
  private:
   struct Step {
@@ -99,6 +102,7 @@ class CheckpointWriter {
   mutable absl::Mutex mu_;
   std::map<uint64_t, Step> steps_ ABSL_GUARDED_BY(mu_);
   uint64_t last_durable_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_durable_time_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::unique_ptr<TaskThread> writer_;  // last: stopped first
 };
 

@@ -8,6 +8,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/cycle_clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/request_util.h"
@@ -275,6 +276,7 @@ void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_
   args.step = version();
   args.gradient_sum_out = gradient_sum_out;
   const Optimizer& optimizer = OptimizerForNextStep();
+  const int64_t start = config_.apply_duration != nullptr ? CycleClock::Now() : 0;
   if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
     config_.kernel_pool->ParallelFor(
         args.size, kPartitionAlignElements, [&](size_t begin, size_t end) {
@@ -285,6 +287,7 @@ void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_
   } else {
     optimizer.Update(args);
   }
+  if (start != 0) config_.apply_duration->ObserveTicks(CycleClock::Now() - start);
   weights_ = std::move(out);
   version_.store(version() + 1, std::memory_order_release);
 }

@@ -43,6 +43,7 @@
 #include "common/aligned_buffer.h"
 #include "common/half.h"
 #include "common/partitioning.h"
+#include "common/prometheus.h"
 #include "common/thread_pool.h"
 #include "optimizer/optimizer.h"
 #include "proto/checkpoint.pb.h"
@@ -85,6 +86,8 @@ class Partition {
     bool awaits_values = false;                  // initial values will be sent by the workers
     // Large partitions spread their updates over this pool (null: the owner does all).
     ThreadPool* kernel_pool = nullptr;
+    // Where each update's time goes (null: not timed).
+    LatencyHistogram* apply_duration = nullptr;
     // BSP: every `checkpoint_every` steps (0: never), right after the update that makes the
     // version a multiple of it, and at the versions CheckpointAt asks for, a copy of the
     // partition (Capture()) goes to `checkpoint` (null: no checkpoints), on the owner thread.

@@ -33,6 +33,11 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file)");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once the server accepts workers");
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of an HTTP endpoint with /metrics (Prometheus), /healthz and /readyz; 0 picks a "
+          "free one (logged); -1: none");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the metrics endpoint listens on; empty: the same as --host");
 ABSL_FLAG(uint32_t, shard_index, 0, "This shard's index, 0 <= shard_index < num_shards");
 ABSL_FLAG(uint32_t, num_shards, 1, "Number of shards in the cluster");
 ABSL_FLAG(uint32_t, num_workers, 1, "Number of workers (world size) of the training job");
@@ -167,6 +172,7 @@ int main(int argc, char** argv) {
   google::protobuf::SetLogHandler(&RateLimitedProtobufLog);
   using hetps::RequireFlagInRange;
   RequireFlagInRange("port", int64_t{absl::GetFlag(FLAGS_port)}, 0, 65535);
+  RequireFlagInRange("metrics_port", int64_t{absl::GetFlag(FLAGS_metrics_port)}, -1, 65535);
   RequireFlagInRange("num_shards", uint64_t{absl::GetFlag(FLAGS_num_shards)}, 1, 1 << 16);
   RequireFlagInRange("shard_index", uint64_t{absl::GetFlag(FLAGS_shard_index)}, 0,
                      uint64_t{absl::GetFlag(FLAGS_num_shards)} - 1);
@@ -198,6 +204,12 @@ int main(int argc, char** argv) {
 
   hetps::server::ServerOptions options;
   options.listen_address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host).empty()
+                                         ? absl::GetFlag(FLAGS_host)
+                                         : absl::GetFlag(FLAGS_metrics_host);
+    options.metrics_address = absl::StrCat(metrics_host, ":", absl::GetFlag(FLAGS_metrics_port));
+  }
   options.shard_index = absl::GetFlag(FLAGS_shard_index);
   options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);

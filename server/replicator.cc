@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/cycle_clock.h"
 #include "common/log.h"
 #include "proto/ps.pb.h"
 
@@ -32,6 +33,7 @@ struct Replicator::Batch {
   transport::Payload payload;
   absl::AnyInvocable<void(absl::Status)> done;
   absl::Duration pause = kFirstPause;
+  int64_t sent_ticks = 0;  // when Send took it (CycleClock), if timed
   std::atomic<bool> finished{false};
 };
 
@@ -55,6 +57,8 @@ bool Replicator::Stopped() const {
   return stopped_;
 }
 
+int64_t Replicator::in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+
 uint64_t Replicator::resends() const {
   absl::MutexLock lock(&mu_);
   return resends_;
@@ -71,6 +75,8 @@ void Replicator::Send(std::vector<ReplicatedChange> changes,
   }
   batch->header = request.SerializeAsString();
   batch->done = std::move(done);
+  if (options_.round_trips != nullptr) batch->sent_ticks = CycleClock::Now();
+  in_flight_.fetch_add(1, std::memory_order_relaxed);
   transport::Connection* connected = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -215,6 +221,10 @@ void Replicator::GiveUp(Batch& batch, const absl::Status& why) {
 
 void Replicator::Finish(Batch& batch, absl::Status status) {
   if (batch.finished.exchange(true)) return;
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  if (batch.sent_ticks != 0 && status.ok()) {
+    options_.round_trips->ObserveTicks(CycleClock::Now() - batch.sent_ticks);
+  }
   absl::AnyInvocable<void(absl::Status)> done = std::move(batch.done);
   done(std::move(status));
 }

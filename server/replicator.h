@@ -14,6 +14,7 @@
 #ifndef HETPS_SERVER_REPLICATOR_H_
 #define HETPS_SERVER_REPLICATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/prometheus.h"
 #include "common/task_thread.h"
 #include "common/timer_queue.h"
 #include "server/partition.h"
@@ -45,6 +47,8 @@ struct ReplicatorOptions {
   // Longest one attempt waits to connect, and for the backup's answer.
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration attempt_timeout = absl::Seconds(30);
+  // Where the time from Send until the backup applied a batch goes (null: not timed).
+  LatencyHistogram* round_trips = nullptr;
 };
 
 class Replicator {
@@ -63,6 +67,8 @@ class Replicator {
 
   // Batches sent again after a failed attempt (tests, stats).
   uint64_t resends() const;
+  // Batches handed to Send and not yet ended: how far the backup lags.
+  int64_t in_flight() const;
 
  private:
   struct Batch;
@@ -94,6 +100,7 @@ class Replicator {
   bool backup_gone_ ABSL_GUARDED_BY(mu_) = false;  // said so in the log
   bool backup_seen_ ABSL_GUARDED_BY(mu_) = false;  // find_backup has found it
   absl::Time last_warning_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::atomic<int64_t> in_flight_{0};
 };
 
 }  // namespace hetps::server

@@ -3,7 +3,9 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/http_endpoint.h"
 #include "common/log.h"
 #include "common/memory_limit.h"
 #include "common/runtime.h"
@@ -57,6 +59,27 @@ absl::Status ValidateOptions(const ServerOptions& options) {
                                                       ServerOptions::kMaxThreads, options.threads));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetricsEndpoint(const std::string& address,
+                                                                   const Shard* shard) {
+  auto text = [](int status, std::string body) {
+    return HttpEndpoint::Reply{status, "text/plain; charset=utf-8", std::move(body)};
+  };
+  return HttpEndpoint::Start(
+      address,
+      {{"/metrics",
+        [shard] {
+          return HttpEndpoint::Reply{200, std::string(kPrometheusTextType), shard->RenderMetrics()};
+        }},
+       // Liveness: the process answers.
+       {"/healthz", [text] { return text(200, "ok\n"); }},
+       // Readiness: it serves workers (see Shard::CheckServing).
+       {"/readyz", [shard, text] {
+          const absl::Status serving = shard->CheckServing();
+          return serving.ok() ? text(200, "serving\n")
+                              : text(503, absl::StrCat(serving.message(), "\n"));
+        }}});
 }
 
 }  // namespace
@@ -114,7 +137,16 @@ absl::StatusOr<std::unique_ptr<ShardServer>> ShardServer::Start(const ServerOpti
     LogInfo("shard %d: tensor memory capped at %d bytes, 90%% of %d (%s)", options.shard_index,
             shard_options.max_memory_bytes, limit.bytes, limit.source);
   }
+  shard_options.time_requests = !options.metrics_address.empty();
   server->shard_ = std::make_unique<Shard>(shard_options);
+  if (!options.metrics_address.empty()) {
+    // Before joining the cluster, which may wait for a lost run's lease: probes see a live
+    // shard that is not ready yet.
+    HETPS_ASSIGN_OR_RETURN(server->metrics_endpoint_,
+                           StartMetricsEndpoint(options.metrics_address, server->shard_.get()));
+    LogInfo("shard %d: metrics at http://%s/metrics", options.shard_index,
+            server->metrics_endpoint_->address());
+  }
   if (!options.restore_dir.empty()) {
     HETPS_ASSIGN_OR_RETURN(
         const CheckpointPartData part,
@@ -157,6 +189,11 @@ void ShardServer::Shutdown() {
   // Waiting pulls are answered first, so the listener's streams can finish promptly.
   shard_->Stop();
   if (listener_ != nullptr) listener_->Shutdown();
+  metrics_endpoint_.reset();
+}
+
+std::string ShardServer::metrics_address() const {
+  return metrics_endpoint_ != nullptr ? metrics_endpoint_->address() : "";
 }
 
 }  // namespace hetps::server

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/http_endpoint.h"
 #include "proto/ps.pb.h"
 #include "server/shard.h"
 #include "transport/transport.h"
@@ -98,6 +99,10 @@ struct ServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;
+  // "host:port" of an HTTP endpoint with /metrics (Prometheus' text format), /healthz
+  // (liveness) and /readyz (200 while the shard serves); port 0 picks a free one (see
+  // ShardServer::metrics_address()). Empty: none, and requests are not timed.
+  std::string metrics_address;
 
   // --- Affects performance ---
 
@@ -119,6 +124,8 @@ class ShardServer {
 
   // The address workers connect to (with the chosen port).
   std::string address() const;
+  // The metrics endpoint's address (with the chosen port); empty without one.
+  std::string metrics_address() const;
   hetps::v1::StatsResponse Stats() const;
   // The step of the restored checkpoint (0: started empty), and the newest checkpoint step of
   // which this shard's part is durable (0: none).
@@ -142,6 +149,7 @@ class ShardServer {
   std::shared_ptr<transport::Transport> transport_;
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<transport::Listener> listener_;
+  std::unique_ptr<HttpEndpoint> metrics_endpoint_;  // refers to shard_
 };
 
 }  // namespace hetps::server

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/auth_token.h"
+#include "common/cycle_clock.h"
 #include "common/log.h"
 #include "common/partitioning.h"
 #include "common/random_id.h"
@@ -64,6 +65,8 @@ Shard::Shard(const ShardOptions& options)
       replica_target_(new std::atomic<int32_t>[options.num_shards]),
       changes_received_(new std::atomic<bool>[options.num_shards]()),
       runs_(new std::atomic<uint64_t>[options.num_workers]()) {
+  metrics_->timed = options.time_requests;  // before any request
+  if (metrics_->timed) CycleClock::Calibrate();
   if (!options_.checkpoint_dir.empty()) {
     checkpoints_ = std::make_unique<CheckpointWriter>(
         options_.checkpoint_dir,
@@ -135,10 +138,12 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
         absl::UnavailableError(absl::StrFormat("shard %d is shutting down", options_.shard_index)));
     return;
   }
-  // Every failure is counted, whichever path answers it.
-  reply = [metrics = metrics_,
+  // Every answer is counted (and timed), whichever path gives it.
+  reply = [metrics = metrics_, method = ShardMetrics::MethodIndex(request.method),
+           start = metrics_->Start(),
            reply = std::move(reply)](absl::StatusOr<transport::Response> result) mutable {
     if (!result.ok()) ShardMetrics::Add(metrics->failed_requests, 1);
+    metrics->Answered(method, result.status(), start);
     reply(std::move(result));
   };
   // Without its lease the shard may have been replaced: it changes and serves no state.
@@ -286,17 +291,23 @@ absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
     return absl::InvalidArgumentError(
         absl::StrFormat("shard %d: the connection's greeting is malformed", options_.shard_index));
   }
-  if (hello.peer_shard() == 0) return CheckHello(hello);
+  if (hello.peer_shard() == 0) {
+    HETPS_RETURN_IF_ERROR(CheckHello(hello));
+    absl::MutexLock lock(&connections_mu_);
+    worker_connections_[connection.id] = hello.worker_rank();
+    return absl::OkStatus();
+  }
   HETPS_RETURN_IF_ERROR(CheckPeerHello(hello));
-  absl::MutexLock lock(&peers_mu_);
+  absl::MutexLock lock(&connections_mu_);
   peer_connections_[connection.id] = hello.peer_shard() - 1;
   return absl::OkStatus();
 }
 
 void Shard::Disconnected(uint64_t connection_id) {
   {
-    absl::MutexLock lock(&peers_mu_);
+    absl::MutexLock lock(&connections_mu_);
     peer_connections_.erase(connection_id);
+    worker_connections_.erase(connection_id);
   }
   waiting_.FailAll(connection_id, absl::CancelledError("the client disconnected"));
 }
@@ -527,6 +538,7 @@ absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup)
     config.optimizer = tensor.optimizer;
     config.owner = next_owner_.fetch_add(1) % owners_.size();
     config.kernel_pool = kernels_.get();
+    if (metrics_->timed) config.apply_duration = &metrics_->apply_duration;
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
     if (replication_on_) {
       // Backups too: one taken over replicates to a shard that rejoins.

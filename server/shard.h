@@ -76,6 +76,9 @@ struct ShardOptions {
   // whose lease can no longer be trusted acknowledges no update (server/lease_holder.h).
   std::string etcd;
   absl::Duration lease_ttl = absl::Seconds(2);
+  // Time requests, updates and replication for the latency histograms of RenderMetrics (a
+  // clock read or two per request; off when nobody scrapes them).
+  bool time_requests = false;
 };
 
 class Shard final : public transport::RequestHandler {
@@ -116,6 +119,11 @@ class Shard final : public transport::RequestHandler {
   void Stop();
 
   hetps::v1::StatsResponse Stats() const;
+  // Everything an operator watches, in Prometheus' text format (server/shard_metrics.cc).
+  std::string RenderMetrics() const;
+  // Whether the shard serves (readiness): not stopping, and with etcd, holding its lease and
+  // no longer waiting to rejoin. Says why not.
+  absl::Status CheckServing() const;
 
   // A hash of the shard's whole state: its tensors' declarations and every partition's
   // Partition::Digest, read on their owner threads. For tests (bad requests change nothing).
@@ -338,17 +346,19 @@ class Shard final : public transport::RequestHandler {
   std::map<uint32_t, std::unique_ptr<Replicator>> replicators_ ABSL_GUARDED_BY(replicators_mu_);
   std::vector<std::unique_ptr<Replicator>> retired_replicators_ ABSL_GUARDED_BY(replicators_mu_);
   // Connections from other shards (peers), by the shard they said they are: the only ones that
-  // may replicate.
-  absl::Mutex peers_mu_;
-  absl::flat_hash_map<uint64_t, uint32_t> peer_connections_ ABSL_GUARDED_BY(peers_mu_);
+  // may replicate; and workers' connections, by rank (metrics).
+  mutable absl::Mutex connections_mu_;
+  absl::flat_hash_map<uint64_t, uint32_t> peer_connections_ ABSL_GUARDED_BY(connections_mu_);
+  absl::flat_hash_map<uint64_t, uint32_t> worker_connections_ ABSL_GUARDED_BY(connections_mu_);
   std::atomic<size_t> next_owner_{0};
   // Zero bytes that echo replies are cut from, grown to the largest size asked for.
   absl::Mutex zeros_mu_;
   std::shared_ptr<const std::vector<uint8_t>> zeros_ ABSL_GUARDED_BY(zeros_mu_);
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> serving_{false};  // registered: listening, and in etcd if replicated
   // Each rank's current run (incarnation; 0: none seen yet).
   const std::unique_ptr<std::atomic<uint64_t>[]> runs_;
-  absl::Mutex memory_mu_;
+  mutable absl::Mutex memory_mu_;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 };
 

@@ -299,7 +299,10 @@ absl::Status Shard::JoinCluster() {
 }
 
 absl::Status Shard::Register(const std::string& address) {
-  if (lease_ == nullptr) return absl::OkStatus();
+  if (lease_ == nullptr) {
+    serving_.store(true);
+    return absl::OkStatus();
+  }
   // Where the others reach it: as the server list names it if there is one (a shard listening
   // on 0.0.0.0 is not reached there).
   const std::string advertised = options_.servers.size() == options_.num_shards
@@ -309,6 +312,7 @@ absl::Status Shard::Register(const std::string& address) {
   LogInfo("shard %d: registered %s in etcd at %s (key %s, lease %x of %s)", options_.shard_index,
           advertised, options_.etcd, MemberKey(options_.shard_index), lease_->id(),
           absl::FormatDuration(lease_->ttl()));
+  serving_.store(true);
   return absl::OkStatus();
 }
 

@@ -52,6 +52,7 @@ Replicator* Shard::ReplicatorFor(uint32_t backup) {
     replication.num_shards = options_.num_shards;
     replication.job_id = options_.job_id;
     replication.auth_token = options_.auth_token;
+    if (metrics_->timed) replication.round_trips = &metrics_->replication_duration;
     replication.find_backup = [this, backup]() -> absl::StatusOr<std::string> {
       HETPS_ASSIGN_OR_RETURN(EtcdClient::Value member, FindMember(backup));
       return member.value;
@@ -143,7 +144,7 @@ absl::StatusOr<Shard::Schedule> Shard::ScheduleOf(const hetps::v1::ReplicatedCha
 void Shard::Replicate(transport::Request request, transport::ReplyCallback reply) {
   uint32_t peer = 0;
   {
-    absl::MutexLock lock(&peers_mu_);
+    absl::MutexLock lock(&connections_mu_);
     auto it = peer_connections_.find(request.connection);
     if (it == peer_connections_.end()) {
       reply(absl::PermissionDeniedError(absl::StrFormat(

@@ -259,6 +259,8 @@ class Client {
 
   // Figures of every shard, in shard-index order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
+  // Where ClientOptions::metrics_port serves ("host:port", the port chosen); empty: nowhere.
+  virtual std::string metrics_address() const = 0;
 
   // Ends outstanding operations with Cancelled and closes the connections; later calls fail
   // with FailedPrecondition. Idempotent. The destructor calls it.

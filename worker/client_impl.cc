@@ -15,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "common/auth_token.h"
 #include "common/clock.h"
+#include "common/cycle_clock.h"
+#include "common/http_endpoint.h"
 #include "common/partitioning.h"
 #include "common/random_id.h"
 #include "common/runtime.h"
@@ -24,6 +26,7 @@
 #include "proto/reused_message.h"
 #include "transport/internal/call_scope.h"
 #include "worker/client.h"
+#include "worker/internal/client_metrics.h"
 #include "worker/internal/message_plan.h"
 #include "worker/internal/operation_state.h"
 #include "worker/internal/rpc.h"
@@ -112,6 +115,17 @@ class ClientImpl final : public Client {
   }
 
   absl::Status Connect();
+  // With ClientOptions::metrics_port: counts from now on, and serves the counts.
+  absl::Status StartMetrics() {
+    CycleClock::Calibrate();
+    metrics_ = std::make_shared<internal::ClientMetrics>();
+    HETPS_ASSIGN_OR_RETURN(metrics_endpoint_,
+                           internal::ServeClientMetrics(&options_, metrics_.get()));
+    return absl::OkStatus();
+  }
+  std::string metrics_address() const override {
+    return metrics_endpoint_ != nullptr ? metrics_endpoint_->address() : "";
+  }
 
   absl::StatusOr<TensorId> Declare(const TensorSpec& spec,
                                    absl::Span<const float> initial_values) override;
@@ -178,6 +192,9 @@ class ClientImpl final : public Client {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const ChannelList> channels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TensorId, std::unique_ptr<DeclaredTensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  // With ClientOptions::metrics_port (else null): counted here, served by the endpoint.
+  std::shared_ptr<internal::ClientMetrics> metrics_;
+  std::unique_ptr<HttpEndpoint> metrics_endpoint_;
   uint64_t barrier_generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -205,7 +222,8 @@ absl::Status ClientImpl::Connect() {
           absl::StrFormat("shard %d (%s): %s", shard, address, connection.status().message()));
     }
     channels.push_back(
-        std::make_shared<ShardChannel>(shard, address, *std::move(connection), timers_.get()));
+        std::make_shared<ShardChannel>(shard, address, *std::move(connection), timers_.get(),
+                                       metrics_ != nullptr ? metrics_->retries : nullptr));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -459,17 +477,25 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
                                 absl::Span<const PullItem> weights, uint64_t step_or_version,
                                 DoneCallback done) {
   transport::internal::CallScope scope;  // `done` never runs inside this call
+  const internal::ClientMetrics::Op op =
+      method == hetps::v1::METHOD_PUSH   ? internal::ClientMetrics::kPush
+      : method == hetps::v1::METHOD_PULL ? internal::ClientMetrics::kPull
+                                         : internal::ClientMetrics::kPushPull;
+  // Refused before anything is sent: counted now.
+  auto refuse = [&](const absl::Status& status) {
+    if (metrics_ != nullptr) metrics_->Completed(op, status, CycleClock::Now());
+    return OperationState::Failed(status, std::move(done), timers_.get());
+  };
   absl::StatusOr<std::shared_ptr<const ChannelList>> channels = Channels();
-  if (!channels.ok()) {
-    return OperationState::Failed(channels.status(), std::move(done), timers_.get());
-  }
+  if (!channels.ok()) return refuse(channels.status());
   absl::StatusOr<std::vector<std::vector<Piece>>> pieces = PlanPieces(method, gradients, weights);
-  if (!pieces.ok()) return OperationState::Failed(pieces.status(), std::move(done), timers_.get());
+  if (!pieces.ok()) return refuse(pieces.status());
   std::vector<PlannedMessage> messages =
       internal::PackMessages(*std::move(pieces), options_.partition_bytes);
 
   auto operation = std::make_shared<OperationState>(messages.size(), std::move(done));
   operation->DriveWith(transport_);
+  if (metrics_ != nullptr) operation->MeasureIn(metrics_, op);
   const absl::Time deadline = Now() + options_.call_timeout;
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
@@ -509,10 +535,14 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
       sink.emplace_back(static_cast<uint8_t*>(piece.weights),
                         piece.elements * BytesPerElement(piece.pull_format));
     }
+    if (metrics_ != nullptr) metrics_->sent_bytes.fetch_add(payload.size());
     (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
-        [operation, pull,
+        [operation, pull, metrics = metrics_.get(),
          pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
+          if (metrics != nullptr && result.ok()) {
+            metrics->received_bytes.fetch_add(result->payload.size());
+          }
           operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
         },
         std::move(sink));
@@ -734,6 +764,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   }
   HETPS_ASSIGN_OR_RETURN(std::string auth_token, LoadAuthToken(options.auth_token_file));
   auto client = std::make_unique<ClientImpl>(options, std::move(transport), std::move(auth_token));
+  if (options.metrics_port >= 0) HETPS_RETURN_IF_ERROR(client->StartMetrics());
   HETPS_RETURN_IF_ERROR(client->Connect());
   return client;
 }

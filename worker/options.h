@@ -67,6 +67,14 @@ struct ClientOptions {
   // How long Create() keeps trying to reach the shards (they may still be starting).
   absl::Duration connect_timeout = absl::Seconds(30);
 
+  // --- Operations ---
+
+  // Port of an HTTP endpoint with /metrics in Prometheus' text format (operations, latency,
+  // bytes, retries, time waited on the parameter server) and /healthz; 0 picks a free one
+  // (Client::metrics_address() says which); -1: none, and operations are not timed.
+  int metrics_port = -1;
+  std::string metrics_host = "0.0.0.0";
+
   // --- Affects performance ---
 
   // Tensors are cut into partitions of at most this many bytes, spread over the shards; small

@@ -65,6 +65,7 @@ def options_from_env(**overrides):
     HETPS_JOB_ID     the shards' --job_id (default: hetps)
     HETPS_AUTH_TOKEN the job's token (read by the client itself)
     HETPS_TLS_CA_FILE, HETPS_CALL_TIMEOUT_S: TLS, and the seconds a message may take
+    HETPS_METRICS_PORT the port of the worker's /metrics page (0: any free one)
     Keyword arguments override any field.
     """
     servers = _os.environ.get("HETPS_SERVERS", "")
@@ -77,6 +78,8 @@ def options_from_env(**overrides):
     options.tls_ca_file = _os.environ.get("HETPS_TLS_CA_FILE", "")
     if _os.environ.get("HETPS_CALL_TIMEOUT_S"):
         options.call_timeout = float(_os.environ["HETPS_CALL_TIMEOUT_S"])
+    if _os.environ.get("HETPS_METRICS_PORT"):
+        options.metrics_port = int(_os.environ["HETPS_METRICS_PORT"])
     for name, value in overrides.items():
         if not hasattr(options, name) or name.startswith("_"):
             raise TypeError(f"ClientOptions has no field {name!r}")

@@ -377,6 +377,10 @@ push_dtype / pull_dtype: how values travel ("fp32", "bf16", "fp16").)doc")
           "options", [](PyClient& self) { return self.client().options(); },
           "The options the client was created with (a copy).")
       .def_property_readonly(
+          "metrics_address", [](PyClient& self) { return self.client().metrics_address(); },
+          "Where the worker's /metrics page is served (\"host:port\", with "
+          "ClientOptions.metrics_port); empty when it is not.")
+      .def_property_readonly(
           "resume_step", [](PyClient& self) { return self.client().ResumeStep(); },
           "The step to go on from: the step of the checkpoint the shards restored (ps-server "
           "--restore), 0 for shards that started empty.")

@@ -31,7 +31,7 @@ servers: shard addresses in shard-index order; rank, world_size: this worker's p
 job; job_id: must equal the shards' --job_id; auth_token_file: the job's token (empty:
 $HETPS_AUTH_TOKEN if set); tls_ca_file, tls_cert_file, tls_key_file: TLS; transport: "grpc" or
 "ucx"; call_timeout, connect_timeout: seconds; partition_bytes, max_message_bytes: as the C++
-ClientOptions.)doc")
+ClientOptions; metrics_port, metrics_host: the worker's /metrics page (-1: none).)doc")
       .def(py::init([](py::kwargs kwargs) {
              ClientOptions options;
              py::object self = py::cast(options);
@@ -68,6 +68,11 @@ ClientOptions.)doc")
           "Seconds Client() keeps trying to reach the shards")
       .def_readwrite("partition_bytes", &ClientOptions::partition_bytes)
       .def_readwrite("max_message_bytes", &ClientOptions::max_message_bytes)
+      .def_readwrite("metrics_port", &ClientOptions::metrics_port,
+                     "Port of the worker's /metrics page (Prometheus); 0: any free one "
+                     "(Client.metrics_address); -1: none")
+      .def_readwrite("metrics_host", &ClientOptions::metrics_host,
+                     "Address the /metrics page listens on")
       .def("__repr__", [](const ClientOptions& o) {
         return absl::StrCat("ClientOptions(servers=[", absl::StrJoin(o.servers, ", "),
                             "], rank=", o.rank, ", world_size=", o.world_size,

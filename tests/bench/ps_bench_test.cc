@@ -167,6 +167,28 @@ TEST(PsBenchTest, MeasuresTokenAndTlsBesideSecurityOff) {
   EXPECT_EQ(parsed->Find("config")->Find("security")->as_string(), "off,token,tls,token+tls");
 }
 
+TEST(PsBenchTest, MeasuresWithMetricsOnBesideOff) {
+  testing::ScopedTempDir dir;
+  const std::string json = dir.path() + "/out.json";
+  std::vector<std::string> args = TinySweep(json);
+  args.push_back("--op=pushpull");
+  args.push_back("--metrics=off,on");
+  Subprocess bench(args, dir.path() + "/log");
+  ASSERT_EQ(bench.Wait(absl::Seconds(120)), 0) << ReadFile(dir.path() + "/log");
+  EXPECT_EQ(ValidateJson(ReadFile(json), 2 * 2 * kTransports.size()), 0);
+  absl::StatusOr<JsonValue> parsed = ParseJson(ReadFile(json));
+  ASSERT_TRUE(parsed.ok());
+  std::map<std::string, int> rows;  // per "transport/metrics"
+  for (const JsonValue& r : parsed->Find("results")->items()) {
+    ++rows[r.Find("transport")->as_string() + "/" + r.Find("metrics")->as_string()];
+  }
+  for (const std::string& transport : kTransports) {
+    EXPECT_EQ(rows[transport + "/off"], 2) << transport;
+    EXPECT_EQ(rows[transport + "/on"], 2) << transport;
+  }
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("metrics on"), std::string::npos);
+}
+
 TEST(PsBenchTest, PresentsTheJobsTokenAndTrustsItsCaAgainstACluster) {
   testing::ScopedTempDir dir;
   ASSERT_TRUE(MakeCertificates(dir.path() + "/tls")) << ReadFile(dir.path() + "/tls.log");
@@ -227,7 +249,8 @@ TEST(PsBenchTest, RefusesWhatItCannotDo) {
            {"--inflight=9", "--inflight"},
            {"--servers=127.0.0.1:1", "one transport per run"},
            {"--security=tls", "needs --tls_dir"},
-           {"--security=off,secret", "off, token, tls or token+tls"}}) {
+           {"--security=off,secret", "off, token, tls or token+tls"},
+           {"--metrics=yes", "--metrics takes on, off"}}) {
     testing::ScopedTempDir dir;
     // --transport=all is refused only with --servers; elsewhere it is the embedded default.
     Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--transport=all", flag},

@@ -30,6 +30,8 @@ source "$source_dir/deploy/systemd/shard.env"
 set +a
 HETPS_HOST=127.0.0.1
 HETPS_PORT=0
+# The env file's metrics port, made any free one here (tests may run side by side).
+HETPS_EXTRA_FLAGS=${HETPS_EXTRA_FLAGS/--metrics_port 9400/--metrics_port 0}
 CREDENTIALS_DIRECTORY="$work/credentials"
 mkdir -p "$CREDENTIALS_DIRECTORY"
 head -c 32 /dev/urandom | base64 >"$CREDENTIALS_DIRECTORY/token"
@@ -50,4 +52,8 @@ if grep -q "$(cat "$CREDENTIALS_DIRECTORY/token")" "$work/shard.log"; then
   echo "the token shows in the log"
   exit 1
 fi
-echo "the unit verifies and its command line starts a shard"
+metrics=$(grep -o 'http://127.0.0.1:[0-9]*/metrics' "$work/shard.log" | head -n 1)
+[ -n "$metrics" ] || { echo "the shard serves no metrics"; cat "$work/shard.log"; exit 1; }
+python3 -c 'import sys, urllib.request; sys.exit(urllib.request.urlopen(sys.argv[1]).status != 200)' \
+  "${metrics%/metrics}/readyz" || { echo "the shard is not ready"; exit 1; }
+echo "the unit verifies and its command line starts a shard that serves and is ready"

@@ -4,6 +4,7 @@ import gc
 import os
 import threading
 import time
+import urllib.request
 import weakref
 
 import numpy as np
@@ -215,6 +216,24 @@ def test_a_shard_with_a_token_refuses_a_client_without_it(cluster_factory, tmp_p
     assert "the-secret" not in str(raised.value)
     with client_for(cluster, auth_token_file=str(token)) as client:
         assert client.stats()[0].shard_index == 0
+
+
+def test_a_worker_serves_its_metrics_when_asked(cluster_factory, monkeypatch):
+    cluster = cluster_factory()
+    with client_for(cluster) as quiet:
+        assert quiet.metrics_address == ""
+    with client_for(cluster, metrics_port=0, metrics_host="127.0.0.1") as client:
+        w = client.declare("w", 64, optimizer="sum")
+        weights = np.zeros(64, np.float32)
+        for step in range(3):
+            client.push_pull(w, np.ones(64, np.float32), weights, step).wait()
+        page = urllib.request.urlopen(f"http://{client.metrics_address}/metrics",
+                                      timeout=10).read().decode()
+        assert 'hetps_client_operations_total{op="push_pull",code="OK"} 3\n' in page
+        assert "hetps_client_ps_wait_seconds_total " in page
+    monkeypatch.setenv("HETPS_SERVERS", "a:1")
+    monkeypatch.setenv("HETPS_METRICS_PORT", "9464")
+    assert hetps.options_from_env().metrics_port == 9464
 
 
 def test_options_from_the_environment(monkeypatch):

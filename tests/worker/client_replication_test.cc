@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -16,9 +17,11 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/partitioning.h"
+#include "common/version.h"
 #include "gtest/gtest.h"
 #include "tests/testing/call.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -57,6 +60,7 @@ class ClientReplicationTest : public testing::ClientClusterTest {
     options.replicas = 2;
     options.etcd = etcd_->endpoint();
     options.lease_ttl = absl::Seconds(1);
+    options.metrics_address = "127.0.0.1:0";
     StartCluster(shards, workers, options);
   }
   // Every primary partition's digest equals its backup's on the next shard.
@@ -178,12 +182,26 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
   ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 0, 6, expected));
 
   StartReplicated(3, 1);
-  c0_ = NewClient(0);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.metrics_port = 0;
+  options.metrics_host = "127.0.0.1";
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  c0_ = *std::move(client);
   absl::StatusOr<TensorId> id = c0_->Declare(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> w(kLarge);
   ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 0, 3, w));
   const uint64_t served_by_2 = cluster_->shard(2).Stats().num_partitions();
+  std::map<std::string, double> before =
+      testing::ScrapeSamples(cluster_->shard(2).metrics_address());
+  EXPECT_EQ(before["hetps_shard_served_groups"], 1);
+  EXPECT_EQ(before["hetps_shard_lease_held"], 1);
+  EXPECT_GT(before["hetps_shard_replication_duration_seconds_count"], 0);
+  EXPECT_EQ(before["hetps_shard_info{job=\"hetps\",shard=\"2\",num_shards=\"3\",num_workers=\"1\","
+                   "replicas=\"2\",version=\"" +
+                   std::string(Version()) + "\"}"],
+            1);
 
   cluster_->shard(1).Shutdown();
   ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 3, 6, w));
@@ -192,6 +210,15 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
   const hetps::v1::StatsResponse stats = cluster_->shard(2).Stats();
   EXPECT_GT(stats.num_partitions(), served_by_2);
   EXPECT_EQ(stats.backup_partitions(), 0u);
+  // ... and says so; the worker saw its messages to shard 1 go again, to shard 2.
+  std::map<std::string, double> after =
+      testing::ScrapeSamples(cluster_->shard(2).metrics_address());
+  EXPECT_EQ(after["hetps_shard_served_groups"], 2);
+  EXPECT_EQ(after["hetps_shard_partitions{role=\"served\"}"], stats.num_partitions());
+  EXPECT_EQ(after["hetps_shard_partitions{role=\"backup\"}"], 0);
+  std::map<std::string, double> worker = testing::ScrapeSamples(c0_->metrics_address());
+  EXPECT_GT(worker["hetps_client_retries_total"], 0);
+  EXPECT_EQ(worker["hetps_client_operations_total{op=\"push_pull\",code=\"OK\"}"], 6);
 }
 
 // ASP with a shard lost mid-training: two workers push without pause while shard 1 goes; every

@@ -168,6 +168,7 @@ class RecordingClient final : public Client {
   uint64_t ResumeStep() const override { return inner_->ResumeStep(); }
   absl::Status Checkpoint(uint64_t step) override { return inner_->Checkpoint(step); }
   absl::StatusOr<std::vector<ShardStats>> Stats() override { return inner_->Stats(); }
+  std::string metrics_address() const override { return inner_->metrics_address(); }
   void Shutdown() override { inner_->Shutdown(); }
 
  private:

@@ -27,6 +27,10 @@ ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin instead of sleeping when idle; a waiting step then sends and receives its "
           "messages on its own thread (lowest latency, a busy CPU)");
 
+ABSL_FLAG(int, metrics_port, -1,
+          "Port of the worker's /metrics page (Prometheus); 0 picks a free one; -1: none");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address the /metrics page listens on");
+
 namespace hetps::examples {
 
 void ParseJobCommandLine(int argc, char** argv, absl::string_view main_file,
@@ -48,6 +52,8 @@ ClientOptions ClientOptionsFromFlags() {
       std::max<size_t>(options.max_message_bytes, options.partition_bytes + (1 << 20));
   options.call_timeout = absl::Seconds(absl::GetFlag(FLAGS_call_timeout_s));
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   return options;
 }
 

@@ -52,6 +52,11 @@ int main(int argc, char** argv) {
   const hetps::ClientOptions options = hetps::examples::ClientOptionsFromFlags();
   absl::StatusOr<std::unique_ptr<hetps::Client>> client = hetps::Client::Create(options);
   if (!client.ok()) return Fail(client.status());
+  if (!(*client)->metrics_address().empty()) {
+    std::printf("worker %u metrics at http://%s/metrics\n", options.rank,
+                (*client)->metrics_address().c_str());
+    std::fflush(stdout);
+  }
 
   hetps::examples::LinregProblem problem;
   problem.dim = absl::GetFlag(FLAGS_dim);

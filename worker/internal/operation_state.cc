@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "common/clock.h"
+#include "common/cycle_clock.h"
 #include "transport/internal/call_scope.h"
 
 namespace hetps {
@@ -47,6 +47,7 @@ void OperationState::Finish() {
 }
 
 void OperationState::Complete(DoneCallback callback, const absl::Status& outcome) {
+  if (metrics_ != nullptr) metrics_->Completed(metrics_op_, outcome, start_ticks_);
   // The callback runs before waiters wake, so a Wait() that returns sees its effects.
   if (callback) callback(outcome);
   absl::MutexLock lock(&mu_);
@@ -57,6 +58,12 @@ void OperationState::Complete(DoneCallback callback, const absl::Status& outcome
 void OperationState::CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds) {
   absl::MutexLock lock(&mu_);
   wait_nanoseconds_ = std::move(nanoseconds);
+}
+
+void OperationState::MeasureIn(std::shared_ptr<ClientMetrics> metrics, ClientMetrics::Op op) {
+  metrics_ = std::move(metrics);
+  metrics_op_ = op;
+  start_ticks_ = CycleClock::Now();
 }
 
 void OperationState::DriveWith(std::weak_ptr<transport::Transport> transport) {
@@ -73,14 +80,18 @@ absl::Status OperationState::Wait() {
     wait_nanoseconds = wait_nanoseconds_;
     weak_transport = transport_;
   }
-  const absl::Time start = wait_nanoseconds != nullptr ? Now() : absl::InfinitePast();
+  const bool timed = wait_nanoseconds != nullptr || metrics_ != nullptr;
+  const int64_t start = timed ? CycleClock::Now() : 0;
   if (std::shared_ptr<transport::Transport> transport = weak_transport.lock()) {
     transport->Drive([this] { return finished_.load(std::memory_order_acquire); });
   }
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
-  if (wait_nanoseconds != nullptr) {
-    wait_nanoseconds->fetch_add(absl::ToInt64Nanoseconds(Now() - start));
+  if (timed) {
+    const int64_t waited =
+        absl::ToInt64Nanoseconds(CycleClock::TicksToDuration(CycleClock::Now() - start));
+    if (wait_nanoseconds != nullptr) wait_nanoseconds->fetch_add(waited);
+    if (metrics_ != nullptr) metrics_->waited_nanoseconds.fetch_add(waited);
   }
   return status_;
 }

@@ -17,6 +17,7 @@
 #include "common/timer_queue.h"
 #include "transport/transport.h"
 #include "worker/client.h"
+#include "worker/internal/client_metrics.h"
 
 namespace hetps::internal {
 
@@ -32,6 +33,9 @@ class OperationState {
   void MessageDone(const absl::Status& status);
   // Wait() adds the time it blocks to `nanoseconds` (the device client's waited-on-PS figure).
   void CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseconds);
+  // Counts the operation in `metrics` as `op` when it completes, timed from now, and adds the
+  // time Wait() blocks to its figure of time waited on the PS. Before any message is sent.
+  void MeasureIn(std::shared_ptr<ClientMetrics> metrics, ClientMetrics::Op op);
   // Wait() drives `transport` (see Transport::Drive) before it blocks, while it still exists.
   void DriveWith(std::weak_ptr<transport::Transport> transport);
   absl::Status Wait();
@@ -50,6 +54,10 @@ class OperationState {
   std::shared_ptr<std::atomic<int64_t>> wait_nanoseconds_ ABSL_GUARDED_BY(mu_);
   std::weak_ptr<transport::Transport> transport_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> finished_{false};  // done_, for a driving Wait() to poll without the lock
+  // Set by MeasureIn before any message is sent (so before any thread completes the operation).
+  std::shared_ptr<ClientMetrics> metrics_;
+  ClientMetrics::Op metrics_op_ = ClientMetrics::kPush;
+  int64_t start_ticks_ = 0;
 };
 
 }  // namespace hetps::internal

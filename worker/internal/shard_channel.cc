@@ -40,10 +40,12 @@ struct ShardChannel::PendingCall {
 };
 
 ShardChannel::ShardChannel(uint32_t index, std::string address,
-                           std::unique_ptr<transport::Connection> connection, TimerQueue* timers)
+                           std::unique_ptr<transport::Connection> connection, TimerQueue* timers,
+                           std::shared_ptr<std::atomic<uint64_t>> retries)
     : index_(index),
       address_(std::move(address)),
       timers_(timers),
+      retries_counted_(std::move(retries)),
       connection_(std::move(connection)) {}
 
 transport::Connection* ShardChannel::Enter() {
@@ -176,6 +178,7 @@ bool ShardChannel::ScheduleRetry(std::shared_ptr<PendingCall> call, bool at_once
   Retry& retry = retries_[id];
   retry.call = std::move(call);
   retry.timer = timers_->Schedule(when, [self = shared_from_this(), id] { self->RunRetry(id); });
+  if (retries_counted_ != nullptr) retries_counted_->fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

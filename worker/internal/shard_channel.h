@@ -29,9 +29,11 @@ namespace hetps::internal {
 
 class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
  public:
-  // REQUIRES: `timers` stays valid until Shutdown() has returned.
+  // REQUIRES: `timers` stays valid until Shutdown() has returned. Messages sent again are
+  // counted in `retries` (null: not counted).
   ShardChannel(uint32_t index, std::string address,
-               std::unique_ptr<transport::Connection> connection, TimerQueue* timers);
+               std::unique_ptr<transport::Connection> connection, TimerQueue* timers,
+               std::shared_ptr<std::atomic<uint64_t>> retries = nullptr);
 
   uint32_t index() const { return index_; }
   const std::string& address() const { return address_; }
@@ -72,6 +74,7 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   const uint32_t index_;
   const std::string address_;
   TimerQueue* const timers_;
+  const std::shared_ptr<std::atomic<uint64_t>> retries_counted_;
   std::atomic<uint64_t> shard_incarnation_{0};
   // Data calls start at the stand-in (the last one succeeded there).
   std::atomic<bool> at_stand_in_{false};

@@ -36,6 +36,10 @@ hetps::v1::DType WireDType(FloatFormat format) {
 absl::Status ValidateOptions(const ClientOptions& options) {
   if (options.servers.empty()) return absl::InvalidArgumentError("no servers given");
   if (options.world_size == 0) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (options.metrics_port < -1 || options.metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "metrics_port must be -1 (none), 0 (any) or a port, not %d", options.metrics_port));
+  }
   if (options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrFormat("rank %d is out of range for world_size %d",
                                                       options.rank, options.world_size));
