@@ -15,7 +15,8 @@ packages=(
   # namespaces for the test that cuts a shard off.
   etcd-server iproute2
   # The metrics test: a real Prometheus scrapes shards and a worker; promtool checks the pages.
-  prometheus curl
+  # The Kubernetes manifests' test reads kubectl kustomize's YAML.
+  prometheus curl python3-yaml
   "$@"
 )
 
