@@ -123,6 +123,7 @@ class ClientImpl final : public Client {
                            internal::ServeClientMetrics(&options_, metrics_.get()));
     return absl::OkStatus();
   }
+  const std::shared_ptr<internal::ClientMetrics>& metrics() const { return metrics_; }
   std::string metrics_address() const override {
     return metrics_endpoint_ != nullptr ? metrics_endpoint_->address() : "";
   }
@@ -746,6 +747,15 @@ void ClientImpl::Shutdown() {
 }
 
 }  // namespace
+
+namespace internal {
+
+std::shared_ptr<ClientMetrics> MetricsOf(Client* client) {
+  auto* impl = dynamic_cast<ClientImpl*>(client);
+  return impl != nullptr ? impl->metrics() : nullptr;
+}
+
+}  // namespace internal
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   ConfigureRuntime();

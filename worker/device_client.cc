@@ -16,6 +16,7 @@
 #include "transport/internal/call_scope.h"
 #include "worker/device/copy_engine.h"
 #include "worker/device/staging_pipeline.h"
+#include "worker/internal/client_metrics.h"
 #include "worker/internal/operation_state.h"
 #include "worker/local_group.h"
 
@@ -41,6 +42,7 @@ class DeviceClientImpl final : public DeviceClient {
       completions_ = std::make_unique<TaskThread>("device-done");
       return absl::OkStatus();
     }
+    metrics_ = internal::MetricsOf(client);
     const ClientOptions& client_options = client->options();
     HETPS_ASSIGN_OR_RETURN(
         pipeline_, StagingPipeline::Create(client, engine_.get(), client_options.partition_bytes,
@@ -78,7 +80,9 @@ class DeviceClientImpl final : public DeviceClient {
   }
 
   absl::Duration TakeStreamWaitTime() override {
-    return engine_->TakeStreamWaitTime() + absl::Nanoseconds(host_wait_nanoseconds_->exchange(0));
+    CollectStreamWaits();
+    return absl::Nanoseconds(stream_wait_nanoseconds_.exchange(0) +
+                             host_wait_nanoseconds_->exchange(0));
   }
 
  private:
@@ -99,6 +103,19 @@ class DeviceClientImpl final : public DeviceClient {
   int pending_on_streams_ ABSL_GUARDED_BY(mu_) = 0;
   const std::shared_ptr<std::atomic<int64_t>> host_wait_nanoseconds_ =
       std::make_shared<std::atomic<int64_t>>(0);
+  // Stream waits the engine measured, not yet taken; and the client's metrics (null: none),
+  // where both kinds of wait go as well.
+  std::atomic<int64_t> stream_wait_nanoseconds_{0};
+  std::shared_ptr<internal::ClientMetrics> metrics_;
+
+  // Moves what the engine measured since the last call into the running figures (each
+  // operation's start does, so the metrics lag by at most one operation).
+  void CollectStreamWaits() {
+    const int64_t waited = absl::ToInt64Nanoseconds(engine_->TakeStreamWaitTime());
+    if (waited == 0) return;
+    stream_wait_nanoseconds_.fetch_add(waited);
+    if (metrics_ != nullptr) metrics_->waited_nanoseconds.fetch_add(waited);
+  }
 };
 
 absl::Status DeviceClientImpl::LocalStep(absl::Span<const DeviceItem> items, GpuStream stream,
@@ -122,8 +139,10 @@ Operation DeviceClientImpl::Start(StagedMethod method, absl::Span<const DeviceIt
   if (absl::Status checked = internal::CheckDeviceItems(method, items); !checked.ok()) {
     return OperationState::Failed(checked, std::move(done), &failures_);
   }
+  CollectStreamWaits();
   auto operation = std::make_shared<OperationState>(1, std::move(done));
   operation->CountWaitsIn(host_wait_nanoseconds_);
+  if (metrics_ != nullptr) operation->CountWaitsIn(metrics_);
   auto fail = [&](const absl::Status& status) {
     transport::internal::CompleteOutsideCall(
         &failures_, [operation](const absl::Status& outcome) { operation->MessageDone(outcome); },

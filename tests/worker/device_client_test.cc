@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/http_get.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "worker/device/copy_engine.h"
@@ -314,7 +316,10 @@ TEST(StagingPipelineTest, APushIsStagedLongBeforeItIsAnswered) {
 TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {
   auto cluster = TestCluster::Start("inproc", 1, 2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  auto worker0 = (*cluster)->NewClient(0);
+  ClientOptions with_metrics = (*cluster)->ClientOptionsFor(0);
+  with_metrics.metrics_port = 0;
+  with_metrics.metrics_host = "127.0.0.1";
+  auto worker0 = Client::Create(with_metrics);
   auto worker1 = (*cluster)->NewClient(1);
   ASSERT_TRUE(worker0.ok() && worker1.ok());
   std::unique_ptr<DeviceClient> device = NewDeviceClient(worker0->get(), HostOptions(4));
@@ -333,6 +338,10 @@ TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {
   const absl::Duration waited = device->TakeStreamWaitTime();
   EXPECT_GE(waited, absl::Milliseconds(150));
   EXPECT_LT(waited, absl::Seconds(10));
+  // The worker's /metrics page has it too (taking it does not take it from there).
+  std::map<std::string, double> page = testing::ScrapeSamples((*worker0)->metrics_address());
+  EXPECT_GE(page["hetps_client_ps_wait_seconds_total"], 0.15);
+  EXPECT_LT(page["hetps_client_ps_wait_seconds_total"], 10);
   EXPECT_EQ(device->TakeStreamWaitTime(), absl::ZeroDuration());  // taken
   ASSERT_TRUE(op.Wait().ok());                                    // already done: no wait counted
   EXPECT_EQ(device->TakeStreamWaitTime(), absl::ZeroDuration());

@@ -40,6 +40,10 @@ struct ClientMetrics {
   std::string Render(const ClientOptions& options) const;
 };
 
+// The metrics `client` counts in (a client made by Client::Create with
+// ClientOptions::metrics_port); null otherwise.
+std::shared_ptr<ClientMetrics> MetricsOf(Client* client);
+
 // Serves `metrics` at http://<options.metrics_host>:<metrics_port>/metrics, with /healthz.
 // `options` and `metrics` must outlive the endpoint.
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> ServeClientMetrics(const ClientOptions* options,

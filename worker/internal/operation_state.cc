@@ -61,9 +61,14 @@ void OperationState::CountWaitsIn(std::shared_ptr<std::atomic<int64_t>> nanoseco
 }
 
 void OperationState::MeasureIn(std::shared_ptr<ClientMetrics> metrics, ClientMetrics::Op op) {
+  wait_metrics_ = metrics;
   metrics_ = std::move(metrics);
   metrics_op_ = op;
   start_ticks_ = CycleClock::Now();
+}
+
+void OperationState::CountWaitsIn(std::shared_ptr<ClientMetrics> metrics) {
+  wait_metrics_ = std::move(metrics);
 }
 
 void OperationState::DriveWith(std::weak_ptr<transport::Transport> transport) {
@@ -80,7 +85,7 @@ absl::Status OperationState::Wait() {
     wait_nanoseconds = wait_nanoseconds_;
     weak_transport = transport_;
   }
-  const bool timed = wait_nanoseconds != nullptr || metrics_ != nullptr;
+  const bool timed = wait_nanoseconds != nullptr || wait_metrics_ != nullptr;
   const int64_t start = timed ? CycleClock::Now() : 0;
   if (std::shared_ptr<transport::Transport> transport = weak_transport.lock()) {
     transport->Drive([this] { return finished_.load(std::memory_order_acquire); });
@@ -91,7 +96,7 @@ absl::Status OperationState::Wait() {
     const int64_t waited =
         absl::ToInt64Nanoseconds(CycleClock::TicksToDuration(CycleClock::Now() - start));
     if (wait_nanoseconds != nullptr) wait_nanoseconds->fetch_add(waited);
-    if (metrics_ != nullptr) metrics_->waited_nanoseconds.fetch_add(waited);
+    if (wait_metrics_ != nullptr) wait_metrics_->waited_nanoseconds.fetch_add(waited);
   }
   return status_;
 }

@@ -36,6 +36,9 @@ class OperationState {
   // Counts the operation in `metrics` as `op` when it completes, timed from now, and adds the
   // time Wait() blocks to its figure of time waited on the PS. Before any message is sent.
   void MeasureIn(std::shared_ptr<ClientMetrics> metrics, ClientMetrics::Op op);
+  // Only adds the time Wait() blocks to `metrics` (the device client's operations, whose
+  // messages are the host client's, counted there). Before any message is sent.
+  void CountWaitsIn(std::shared_ptr<ClientMetrics> metrics);
   // Wait() drives `transport` (see Transport::Drive) before it blocks, while it still exists.
   void DriveWith(std::weak_ptr<transport::Transport> transport);
   absl::Status Wait();
@@ -54,8 +57,10 @@ class OperationState {
   std::shared_ptr<std::atomic<int64_t>> wait_nanoseconds_ ABSL_GUARDED_BY(mu_);
   std::weak_ptr<transport::Transport> transport_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> finished_{false};  // done_, for a driving Wait() to poll without the lock
-  // Set by MeasureIn before any message is sent (so before any thread completes the operation).
-  std::shared_ptr<ClientMetrics> metrics_;
+  // Set by MeasureIn or CountWaitsIn before any message is sent (so before any thread
+  // completes the operation).
+  std::shared_ptr<ClientMetrics> metrics_;  // counts the operation
+  std::shared_ptr<ClientMetrics> wait_metrics_;
   ClientMetrics::Op metrics_op_ = ClientMetrics::kPush;
   int64_t start_ticks_ = 0;
 };
