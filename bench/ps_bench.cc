@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -27,6 +29,7 @@
 #include "bench/security.h"
 #include "bench/sizes.h"
 #include "common/command_line.h"
+#include "common/memory_limit.h"
 #include "common/status_macros.h"
 #include "server/server.h"
 #include "transport/transport.h"
@@ -34,7 +37,7 @@
 
 ABSL_FLAG(std::string, b, "4K", "Smallest message size (bytes; K, M, G allowed)");
 ABSL_FLAG(std::string, e, "16M", "Largest message size");
-ABSL_FLAG(int, f, 4, "Size multiplication factor of the sweep");
+ABSL_FLAG(int, f, 4, "Size multiplication factor of the sweep; 1: -b alone");
 ABSL_FLAG(int, warmup, 5, "Unmeasured operations before each measurement");
 ABSL_FLAG(int, iterations, 0,
           "Measured operations per worker and size; 0 fits them into --duration_s");
@@ -134,6 +137,51 @@ absl::Status PinTo(const std::string& list) {
   return absl::OkStatus();
 }
 
+// MemAvailable of /proc/meminfo, within the process's memory limit (a container's).
+uint64_t AvailableMemory() {
+  uint64_t available = ProcessMemoryLimit().bytes;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kilobytes = 0;
+  while (meminfo >> key >> kilobytes) {
+    if (key == "MemAvailable:") return std::min(available, kilobytes * 1024);
+    meminfo.ignore(64, '\n');
+  }
+  return available;
+}
+
+// Refuses, before anything is allocated, a sweep that cannot fit in this machine's memory: at
+// its peak the embedded shards hold every tensor measured on them (fresh shards for each
+// transport and setting) -- fp32 weights, a gradient buffer and the optimizer's state per
+// element, twice with a backup -- and each worker a measurement's buffers.
+absl::Status CheckMemory(const Plan& plan) {
+  const MeasureSettings& s = plan.settings;
+  const uint64_t state_slots = s.optimizer == "adam" ? 2 : 0;
+  uint64_t shards = 0;
+  uint64_t largest = 0;
+  for (uint64_t bytes : plan.sizes) {
+    HETPS_ASSIGN_OR_RETURN(const uint64_t elements, ElementsOf(bytes, s.dtype));
+    shards += elements * sizeof(float) * (2 + state_slots) * plan.ops.size();
+    largest = std::max(largest, elements);
+  }
+  const uint32_t replicas = *std::max_element(plan.replicas.begin(), plan.replicas.end());
+  shards = plan.embedded ? shards * replicas : 0;
+  // Gradients, weights, the values to check them against, and the floor's echo buffers, per
+  // operation in flight.
+  const uint64_t workers = static_cast<uint64_t>(plan.workers) * largest * sizeof(float) *
+                           (4 + 4 * static_cast<uint64_t>(s.inflight));
+  const uint64_t needed = shards + workers;
+  const uint64_t available = AvailableMemory();
+  if (needed > available / 10 * 9) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "this sweep needs about %.1f GB at its peak (%.1f GB of tensors on the embedded shards, "
+        "which keep every measured size, and %.1f GB of buffers for %d worker(s)), but %.1f GB "
+        "are available: lower -e, measure fewer --op, or use fewer --workers",
+        needed / 1e9, shards / 1e9, workers / 1e9, plan.workers, available / 1e9));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   Plan plan;
   std::string transport = absl::GetFlag(FLAGS_transport);
@@ -166,10 +214,13 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   HETPS_ASSIGN_OR_RETURN(const uint64_t begin, ParseSize(absl::GetFlag(FLAGS_b)));
   HETPS_ASSIGN_OR_RETURN(const uint64_t end, ParseSize(absl::GetFlag(FLAGS_e)));
   const int factor = absl::GetFlag(FLAGS_f);
-  if (begin > end || factor < 2) {
-    return absl::InvalidArgumentError("sizes need -b <= -e and -f >= 2");
+  if (factor == 1) {
+    plan.sizes = {begin};
+  } else if (begin > end || factor < 2) {
+    return absl::InvalidArgumentError("sizes need -b <= -e and -f >= 2 (or -f 1: -b alone)");
+  } else {
+    plan.sizes = SweepSizes(begin, end, static_cast<uint64_t>(factor));
   }
-  plan.sizes = SweepSizes(begin, end, static_cast<uint64_t>(factor));
 
   MeasureSettings& s = plan.settings;
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
@@ -258,6 +309,16 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
     plan.workers = 1;
     plan.rank = absl::GetFlag(FLAGS_rank);
     plan.world_size = absl::GetFlag(FLAGS_world_size);
+  }
+  HETPS_RETURN_IF_ERROR(CheckMemory(plan));
+  // Files are written as rows are measured: a path that cannot be written fails now, not at the
+  // end of a long sweep.
+  for (const auto& [name, path] : {std::pair{"--json", absl::GetFlag(FLAGS_json)},
+                                   std::pair{"--csv", absl::GetFlag(FLAGS_csv)},
+                                   std::pair{"--plot", absl::GetFlag(FLAGS_plot)}}) {
+    if (!path.empty() && !std::ofstream(path).good()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot write the ", name, " file ", path));
+    }
   }
   return plan;
 }
@@ -360,11 +421,12 @@ struct ClusterSetting {
   bool metrics = false;
 };
 
-absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
-                                                      const std::string& transport_name,
-                                                      const ClusterSetting& setting,
-                                                      const std::vector<std::string>& servers,
-                                                      size_t* done, size_t total) {
+// Hands each measurement to `report` as soon as it is taken.
+using Reporter = std::function<absl::Status(const BenchResult&)>;
+
+absl::Status RunTransport(const Plan& plan, const std::string& transport_name,
+                          const ClusterSetting& setting, const std::vector<std::string>& servers,
+                          const Reporter& report, size_t* done, size_t total) {
   const SecuritySetting& security = setting.security;
   const uint32_t replicas = setting.replicas;
   transport::TransportOptions transport_options;
@@ -402,7 +464,6 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
                            FloorRunner::Connect(transport, options, plan.timeout));
   }
 
-  std::vector<BenchResult> results;
   for (const std::string& op : plan.ops) {
     for (uint64_t bytes : plan.sizes) {
       MeasureSettings settings = plan.settings;
@@ -444,11 +505,11 @@ absl::StatusOr<std::vector<BenchResult>> RunTransport(const Plan& plan,
       r.wrong = ps.wrong;
       r.floor_p50_us = raw.latency.Percentile(50) / 1e3;
       r.floor_gbps = raw.gbps;
-      results.push_back(r);
+      HETPS_RETURN_IF_ERROR(report(r));
     }
   }
   for (LocalWorker& worker : workers) worker.client->Shutdown();
-  return results;
+  return absl::OkStatus();
 }
 
 absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
@@ -500,7 +561,25 @@ int Run() {
       return kFailed;
     }
   }
+  // Each row is printed and written as soon as it is measured: a sweep that fails late keeps
+  // what it measured.
   std::vector<BenchResult> results;
+  const JsonValue config = ConfigJson(*plan);
+  std::printf("%s", ResultsTableHeader().c_str());
+  std::fflush(stdout);
+  const Reporter report = [&](const BenchResult& r) -> absl::Status {
+    results.push_back(r);
+    std::fprintf(stderr, "\r%100s\r", "");
+    std::printf("%s", ResultsTableRow(r).c_str());
+    std::fflush(stdout);
+    for (const auto& [path, contents] :
+         {std::pair{absl::GetFlag(FLAGS_json), ResultsJson(config, results)},
+          std::pair{absl::GetFlag(FLAGS_csv), ResultsCsv(results)},
+          std::pair{absl::GetFlag(FLAGS_plot), ResultsSvg(results)}}) {
+      if (!path.empty()) HETPS_RETURN_IF_ERROR(WriteFile(path, contents));
+    }
+    return absl::OkStatus();
+  };
   size_t done = 0;
   std::vector<ClusterSetting> settings;
   for (const SecuritySetting& security : plan->security) {
@@ -524,29 +603,15 @@ int Run() {
           return kFailed;
         }
       }
-      absl::StatusOr<std::vector<BenchResult>> measured =
-          RunTransport(*plan, transport, setting, servers, &done, total);
+      const absl::Status measured =
+          RunTransport(*plan, transport, setting, servers, report, &done, total);
       if (!measured.ok()) {
-        std::fprintf(stderr, "\nps-bench: %s\n", measured.status().ToString().c_str());
+        std::fprintf(stderr, "\nps-bench: %s\n", measured.ToString().c_str());
         return kFailed;
       }
-      results.insert(results.end(), measured->begin(), measured->end());
     }
   }
-  std::fprintf(stderr, "\r%60s\r", "");
-  std::printf("%s", ResultsTable(results).c_str());
-
-  const JsonValue config = ConfigJson(*plan);
-  for (const auto& [path, contents] :
-       {std::pair{absl::GetFlag(FLAGS_json), ResultsJson(config, results)},
-        std::pair{absl::GetFlag(FLAGS_csv), ResultsCsv(results)},
-        std::pair{absl::GetFlag(FLAGS_plot), ResultsSvg(results)}}) {
-    if (path.empty()) continue;
-    if (absl::Status written = WriteFile(path, contents); !written.ok()) {
-      std::fprintf(stderr, "ps-bench: %s\n", std::string(written.message()).c_str());
-      return kFailed;
-    }
-  }
+  std::fprintf(stderr, "\r%100s\r", "");
   uint64_t wrong = 0;
   for (const BenchResult& r : results) wrong += r.wrong;
   if (wrong > 0) {

@@ -79,20 +79,25 @@ std::string ResultsCsv(const std::vector<BenchResult>& results) {
   return out;
 }
 
-std::string ResultsTable(const std::vector<BenchResult>& results) {
-  std::string out = absl::StrFormat(
+std::string ResultsTableHeader() {
+  return absl::StrFormat(
       "%-9s %-9s %3s %-8s %6s %9s %9s %9s %9s %9s %8s %10s %6s | %9s %8s | %6s %6s\n", "transport",
       "security", "rep", "op", "size", "p50(us)", "p90(us)", "p99(us)", "p99.9(us)", "max(us)",
       "GB/s", "ops/s", "#wrong", "floor p50", "floor GB/s", "x p50", "x GB/s");
-  for (const BenchResult& r : results) {
-    absl::StrAppendFormat(
-        &out,
-        "%-9s %-9s %3d %-8s %6s %9.1f %9.1f %9.1f %9.1f %9.1f %8.3f %10.0f %6d | %9.1f %10.3f | "
-        "%6s %6s\n",
-        r.transport, r.security, r.replicas, r.op, FormatSize(r.bytes), r.p50_us, r.p90_us,
-        r.p99_us, r.p999_us, r.max_us, r.gbps, r.ops_per_s, r.wrong, r.floor_p50_us, r.floor_gbps,
-        Ratio(r.p50_us, r.floor_p50_us), Ratio(r.gbps, r.floor_gbps));
-  }
+}
+
+std::string ResultsTableRow(const BenchResult& r) {
+  return absl::StrFormat(
+      "%-9s %-9s %3d %-8s %6s %9.1f %9.1f %9.1f %9.1f %9.1f %8.3f %10.0f %6d | %9.1f %10.3f | "
+      "%6s %6s\n",
+      r.transport, r.security, r.replicas, r.op, FormatSize(r.bytes), r.p50_us, r.p90_us, r.p99_us,
+      r.p999_us, r.max_us, r.gbps, r.ops_per_s, r.wrong, r.floor_p50_us, r.floor_gbps,
+      Ratio(r.p50_us, r.floor_p50_us), Ratio(r.gbps, r.floor_gbps));
+}
+
+std::string ResultsTable(const std::vector<BenchResult>& results) {
+  std::string out = ResultsTableHeader();
+  for (const BenchResult& r : results) out += ResultsTableRow(r);
   return out;
 }
 

@@ -38,6 +38,9 @@ std::string ResultsJson(const JsonValue& config, const std::vector<BenchResult>&
 // A header line, then one line per result, the JSON's fields in the same order.
 std::string ResultsCsv(const std::vector<BenchResult>& results);
 std::string ResultsTable(const std::vector<BenchResult>& results);
+// The table's header, and one row (ps-bench prints each as it is measured).
+std::string ResultsTableHeader();
+std::string ResultsTableRow(const BenchResult& r);
 std::string ResultsSvg(const std::vector<BenchResult>& results);
 
 // The names of a result's fields, in the order JSON and CSV write them.

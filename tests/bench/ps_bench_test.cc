@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "bench/json.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
@@ -229,6 +231,56 @@ TEST(PsBenchTest, PresentsTheJobsTokenAndTrustsItsCaAgainstACluster) {
   EXPECT_NE(ReadFile(dir.path() + "/plaintext.log").find("cannot reach the cluster"),
             std::string::npos)
       << ReadFile(dir.path() + "/plaintext.log");
+}
+
+TEST(PsBenchTest, ASweepThatFailsLateKeepsTheRowsItMeasured) {
+  testing::ScopedTempDir dir;
+  testing::LocalCluster cluster;
+  // Room for the small sizes' tensors, not for 4 MiB.
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--max_memory_bytes=4000000"}).ok());
+  const std::string csv = dir.path() + "/out.csv";
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(),
+                    "--transport=grpc", "--op=pushpull", "-b", "4K", "-e", "4M", "-f", "32",
+                    "--iterations=5", "--timeout_s=10", "--csv=" + csv},
+                   dir.path() + "/log");
+  EXPECT_EQ(bench.Wait(absl::Seconds(120)), 2) << ReadFile(dir.path() + "/log");
+  EXPECT_NE(ReadFile(dir.path() + "/log").find("RESOURCE_EXHAUSTED"), std::string::npos)
+      << ReadFile(dir.path() + "/log");
+  // The header, then 4K and 128K: measured before 4M was refused.
+  const std::vector<std::string> lines = absl::StrSplit(ReadFile(csv), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << ReadFile(csv);
+  EXPECT_NE(lines[1].find(",4096,"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find(",131072,"), std::string::npos) << lines[2];
+}
+
+TEST(PsBenchTest, RefusesWhatCannotFitOrBeWrittenBeforeItStarts) {
+  testing::ScopedTempDir dir;
+  auto refused = [&](const std::vector<std::string>& flags, const std::string& words) {
+    std::vector<std::string> args = {BinaryPath("bench/ps-bench"), "--op=pushpull"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const absl::Time start = absl::Now();
+    Subprocess bench(args, dir.path() + "/log");
+    EXPECT_EQ(bench.Wait(absl::Seconds(60)), 2) << ReadFile(dir.path() + "/log");
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "measured before refusing";
+    EXPECT_NE(ReadFile(dir.path() + "/log").find(words), std::string::npos)
+        << ReadFile(dir.path() + "/log");
+  };
+  refused({"-b", "4K", "-e", "100G"}, "lower -e");
+  refused({"-b", "4K", "-e", "4K", "--csv=" + dir.path() + "/no/such/dir/out.csv"},
+          "cannot write the --csv file");
+}
+
+TEST(PsBenchTest, FactorOneMeasuresOneSize) {
+  testing::ScopedTempDir dir;
+  const std::string json = dir.path() + "/out.json";
+  Subprocess bench({BinaryPath("bench/ps-bench"), "--transport=grpc", "--op=pull", "-b", "64K",
+                    "-f", "1", "--iterations=5", "--json=" + json},
+                   dir.path() + "/log");
+  ASSERT_EQ(bench.Wait(absl::Seconds(60)), 0) << ReadFile(dir.path() + "/log");
+  absl::StatusOr<JsonValue> parsed = ParseJson(ReadFile(json));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->Find("results")->items().size(), 1u);
+  EXPECT_EQ(parsed->Find("results")->items()[0].Find("bytes")->as_number(), 65536);
 }
 
 TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
