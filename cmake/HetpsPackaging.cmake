@@ -16,10 +16,17 @@ endforeach()
 foreach(library client device_client transport common proto)
   set_target_properties(hetps_${library} PROPERTIES EXPORT_NAME ${library})
 endforeach()
-install(TARGETS hetps_client hetps_device_client hetps_transport hetps_common hetps_proto
+install(TARGETS hetps_client hetps_transport hetps_common hetps_proto
   EXPORT hetpsTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(EXPORT hetpsTargets NAMESPACE hetps:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)
+# Apart: the device client brings CUDA (and NCCL) where it was built with them, which a
+# consumer of hetps::client alone must not need (hetpsConfig.cmake loads it only if it can).
+install(TARGETS hetps_device_client
+  EXPORT hetpsDeviceTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(EXPORT hetpsDeviceTargets NAMESPACE hetps::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hetps)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/hetpsConfig.cmake.in
   ${PROJECT_BINARY_DIR}/hetpsConfig.cmake

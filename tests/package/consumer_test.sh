@@ -21,9 +21,15 @@ test -f "$work/prefix/include/hetps/worker/client.h"
 
 mkdir "$work/consumer"
 cp "$build_dir/readme/CMakeLists.txt" "$build_dir/readme/train.cc" "$work/consumer/"
+# As on a machine without CUDA: the sample uses hetps::client only, which must not need it.
 cmake -S "$work/consumer" -B "$work/consumer/build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_CXX_FLAGS="$extra_flags" \
-  -DCMAKE_EXE_LINKER_FLAGS="$extra_flags" >/dev/null
+  -DCMAKE_EXE_LINKER_FLAGS="$extra_flags" -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE \
+  >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
+if grep -rq "libnccl\|cudart" "$work/consumer/build/CMakeFiles/train.dir/link.txt"; then
+  echo "the client-only sample links CUDA or NCCL"
+  exit 1
+fi
 cmake --build "$work/consumer/build" -j2 >/dev/null
 
 "$work/prefix/bin/ps-server" --port 0 --port_file "$work/port" --lifetime_s 120 \
