@@ -9,13 +9,16 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/auth_token.h"
@@ -61,6 +64,9 @@ ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "UCX network devices, e.g. mlx5_0:1 or eth0; auto: lo when --host is a loopback "
           "address, UCX's choice otherwise");
+ABSL_FLAG(std::string, ucx_port_range, "",
+          "UCX over TCP listens on one more port per network device, for workers' and other "
+          "shards' data connections: LOW-HIGH keeps it in that range (firewalls); empty: any");
 ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin instead of sleeping when idle (lower latency, one busy CPU)");
 ABSL_FLAG(double, idle_timeout_s, 600,
@@ -222,6 +228,18 @@ int main(int argc, char** argv) {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  if (const std::string range = absl::GetFlag(FLAGS_ucx_port_range); !range.empty()) {
+    // UCX reads its TCP transport's settings from the environment when it opens an interface,
+    // for every UCX worker of the process (the shard's, and those that replicate to others).
+    int low = 0, high = 0;
+    const std::vector<std::string> bounds = absl::StrSplit(range, '-');
+    if (bounds.size() != 2 || !absl::SimpleAtoi(bounds[0], &low) ||
+        !absl::SimpleAtoi(bounds[1], &high) || low < 1 || high > 65535 || low > high) {
+      hetps::ExitWithUsageError(
+          absl::StrCat("--ucx_port_range must be LOW-HIGH, ports from 1 to 65535, not ", range));
+    }
+    setenv("UCX_TCP_PORT_RANGE", range.c_str(), 1);
+  }
   const double idle_timeout_s = absl::GetFlag(FLAGS_idle_timeout_s);
   options.idle_timeout =
       idle_timeout_s == 0 ? absl::InfiniteDuration() : absl::Seconds(idle_timeout_s);

@@ -1,9 +1,13 @@
 // ps-server as an operator meets it: flags checked with messages that name them, --help, SIGHUP,
 // and a training job run twice against the same shards.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,7 +15,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/version.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
@@ -75,6 +81,9 @@ TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
        "servers lists 1 addresses for 2 shards",
        1},
       {{"--lease_s=0.5"}, "--lease_s must be between 1 and 3600"},
+      {{"--metrics_port=70000"}, "--metrics_port must be between -1 and 65535"},
+      {{"--ucx_port_range=9-3"}, "--ucx_port_range must be LOW-HIGH"},
+      {{"--ucx_port_range=7000"}, "--ucx_port_range must be LOW-HIGH"},
       {{"--replicas=2", "--num_shards=2", "--etcd=127.0.0.1:1", "--lifetime_s=5"},
        "etcd at 127.0.0.1:1 cannot be reached",
        1},
@@ -111,6 +120,67 @@ TEST(PsServerFlagsTest, HelpDocumentsEveryFlagAndExitsZero) {
     EXPECT_TRUE(absl::StrContains(run.output, flag)) << flag << " is not in --help:\n"
                                                      << run.output;
   }
+}
+
+TEST(PsServerFlagsTest, VersionSaysWhichHetps) {
+  const ServerRun run = RunServer({"--version"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, absl::StrCat("ps-server (hetps) ", Version())))
+      << run.output;
+}
+
+// The TCP ports that process `pid` listens on, from /proc (its sockets' inodes).
+std::set<int> ListeningPorts(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fds = absl::StrCat("/proc/", pid, "/fd");
+  for (const auto& entry : std::filesystem::directory_iterator(fds)) {
+    std::error_code error;
+    const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+    if (absl::StartsWith(target, "socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::set<int> ports;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(ReadFile(table));
+    std::string line;
+    std::getline(lines, line);  // header
+    while (std::getline(lines, line)) {
+      const std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      // local_address is field 1 ("ADDR:PORT" in hex), st field 3 (0A: listening), inode 9.
+      if (fields.size() < 10 || fields[3] != "0A" || !inodes.count(fields[9])) continue;
+      ports.insert(std::stoi(fields[1].substr(fields[1].rfind(':') + 1), nullptr, 16));
+    }
+  }
+  return ports;
+}
+
+// UCX over TCP listens on a port of its own besides the shard's: --ucx_port_range keeps it in
+// a range a firewall can open, and workers train through it.
+TEST(PsServerUcxTest, UcxListensWithinThePortRangeAndWorkersTrainThroughIt) {
+#ifndef HETPS_HAVE_UCX
+  GTEST_SKIP() << "this build has no UCX";
+#else
+  // A range of ports that were free a moment ago, away from the ephemeral ones in use.
+  const int low = 20000 + static_cast<int>(getpid() % 2000) * 10;
+  const std::string range = absl::StrCat(low, "-", low + 9);
+  LocalCluster cluster;
+  ASSERT_TRUE(
+      cluster.Start(1, 1, {"--transport=ucx", "--ucx_port_range=" + range}, {"UCX_TLS=tcp"}).ok());
+  const std::string log = cluster.dir() + "/worker.log";
+  Subprocess worker(
+      {BinaryPath("worker/examples/linear_regression"), "--servers=" + cluster.servers_flag(),
+       "--rank=0", "--world_size=1", "--steps=5", "--transport=ucx", "--dim=64", "--samples=64"},
+      log, {"UCX_TLS=tcp"});
+  EXPECT_EQ(worker.Wait(absl::Seconds(60)), 0) << ReadFile(log);
+  const std::string address = cluster.addresses()[0];
+  const int grpc_port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::set<int> ucx_ports = ListeningPorts(cluster.shard(0).pid());
+  ucx_ports.erase(grpc_port);
+  ASSERT_FALSE(ucx_ports.empty()) << "UCX listens on no port of its own";
+  for (int port : ucx_ports) {
+    EXPECT_GE(port, low) << range;
+    EXPECT_LE(port, low + 9) << range;
+  }
+#endif
 }
 
 // SIGHUP is what an operator sends to make a daemon reopen its logs; UCX would otherwise take
