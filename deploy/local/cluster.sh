@@ -3,9 +3,11 @@
 # synthetic data) with worker processes against it, prints each worker's loss per step, and
 # stops the shards. Ports are picked by the shards and printed.
 #
-#   deploy/local/cluster.sh [--build_dir build] [--shards 2] [--workers 2] [--steps 30]
-#                           [--sync bsp|asp] [--transport ucx|grpc] [--auth_token_file FILE]
-#                           [--replicas 1|2]
+#   deploy/local/cluster.sh [--build_dir build | --prefix DIR] [--shards 2] [--workers 2]
+#                           [--steps 30] [--sync bsp|asp] [--transport ucx|grpc]
+#                           [--auth_token_file FILE] [--replicas 1|2]
+# --prefix runs what `cmake --install` put there (DIR/bin/ps-server and the example job in
+# DIR/libexec/hetps); installed (DIR/share/hetps/deploy/cluster.sh), that is the default.
 # With --replicas 2 every partition also lives on the next shard, and an etcd is started for
 # the run (deploy/local/etcd.sh), where the shards hold their leases.
 # The transport defaults to UCX where hetps is built with it. The job's token comes from
@@ -13,6 +15,12 @@
 set -euo pipefail
 
 build_dir=build
+prefix=""
+here=$(cd "$(dirname "$0")" && pwd)
+# Installed as <prefix>/share/hetps/deploy/cluster.sh: run the installed programs.
+if [ -x "$here/../../../bin/ps-server" ] && [ "$(basename "$(dirname "$here")")" = hetps ]; then
+  prefix=$(cd "$here/../../.." && pwd)
+fi
 shards=2
 workers=2
 steps=30
@@ -22,7 +30,8 @@ token_file=""
 replicas=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build_dir) build_dir=$2; shift 2 ;;
+    --build_dir) build_dir=$2; prefix=""; shift 2 ;;
+    --prefix) prefix=$2; shift 2 ;;
     --shards) shards=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -30,16 +39,21 @@ while [ $# -gt 0 ]; do
     --transport) transport=(--transport "$2"); shift 2 ;;
     --auth_token_file) token_file=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
-server="$build_dir/server/ps-server"
-worker="$build_dir/worker/examples/linear_regression"
+if [ -n "$prefix" ]; then
+  server="$prefix/bin/ps-server"
+  worker="$prefix/libexec/hetps/linear_regression"
+else
+  server="$build_dir/server/ps-server"
+  worker="$build_dir/worker/examples/linear_regression"
+fi
 for program in "$server" "$worker"; do
   if [ ! -x "$program" ]; then
-    echo "$program is missing: build first (deploy/build.sh)" >&2
+    echo "$program is missing: build first (deploy/build.sh), or give --prefix" >&2
     exit 1
   fi
 done
@@ -66,7 +80,7 @@ trap cleanup EXIT
 replication=(--replicas "$replicas")
 if [ "$replicas" -gt 1 ]; then
   # shellcheck source=etcd.sh
-  source "$(dirname "$0")/etcd.sh"
+  source "$here/etcd.sh"
   mkdir -p "$run_dir/etcd"
   start_etcd "$run_dir/etcd"
   echo "etcd for the shards' leases on $ETCD_ENDPOINT"

@@ -41,5 +41,8 @@ for _ in $(seq 300); do
 done
 output=$("$work/consumer/build/train" "127.0.0.1:$(cat "$work/port")")
 echo "$output"
+# The installed local-cluster script runs the installed programs.
+cluster=$("$work/prefix/share/hetps/deploy/cluster.sh" --steps 3 --transport grpc)
+grep -q "worker 1.*final loss" <<<"$cluster" || { echo "$cluster"; exit 1; }
 # Weights start at 1 2 3 4; three SGD steps of lr 0.5 on a gradient of ones take 1.5 off each.
 grep -q "step 2: weights -0.50 0.50 1.50 2.50" <<<"$output"
