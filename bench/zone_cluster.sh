@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# A zone on one machine: every shard in a "cpu" network namespace and every worker in a "gpu"
+# one, each joined to a bridge (the zone's switch) by a veth pair whose two directions are
+# rate-limited with tc (the machine's NIC: GPU_RATE for workers, CPU_RATE for shards). Then:
+#
+#  1. Training across the namespaces is correct: the example job's final model (every worker's)
+#     equals, bit for bit, the same job's on 127.0.0.1 without shaping.
+#  2. ps-bench's push-pull, run by every worker at once, against the bound the shaping sets:
+#     each worker moves the model once each way over its NIC (M / GPU_RATE), and each shard
+#     carries W/S of every worker's share (W * M / (S * CPU_RATE); more for a shard that holds
+#     more of the model's PARTITION_BYTES partitions); the larger is the step's bound and names
+#     the link that saturates. Target: p50 within 1.15x of the bound.
+#
+#   bench/zone_cluster.sh [build dir]
+#   SHARDS=2 WORKERS=2 GPU_RATE=1gbit CPU_RATE=1gbit SIZES="1M 16M 64M" bench/zone_cluster.sh build
+#
+# Needs root and iproute2 (ip, tc); exits 77 without them. Link delay (tc netem) is added with
+# DELAY_MS where the kernel has netem; without it the links are rate-limited only (tbf).
+# UCX runs over TCP (shared memory would pass between namespaces).
+set -euo pipefail
+
+build_dir=${1:-build}
+shards=${SHARDS:-2}
+workers=${WORKERS:-2}
+gpu_rate=${GPU_RATE:-1gbit}
+cpu_rate=${CPU_RATE:-1gbit}
+sizes=${SIZES:-1M 16M 64M}
+iterations=${ITERATIONS:-10}
+transport=${TRANSPORT:-grpc}
+delay_ms=${DELAY_MS:-0}
+steps=${STEPS:-20}
+partition_bytes=${PARTITION_BYTES:-1048576}
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "skipped: needs root and iproute2 (ip, tc)"
+  exit 77
+fi
+server="$build_dir/server/ps-server"
+worker="$build_dir/worker/examples/linear_regression"
+bench="$build_dir/bench/ps-bench"
+export UCX_TLS=tcp
+
+run_dir=$(mktemp -d)
+tag="z$$"
+bridge="${tag}br"
+subnet="10.$((200 + $$ % 50)).$(($$ / 50 % 250))"
+pids=()
+namespaces=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAILED: $*" >&2
+  tail -n 20 "$run_dir"/*.log >&2 || true
+  exit 1
+}
+await() {
+  local deadline=$(($(date +%s) + $2))
+  until eval "$1"; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
+    sleep 0.05
+  done
+}
+# Bits per second of a tc rate ("1gbit", "500mbit").
+bits_per_second() {
+  python3 -c '
+import re, sys
+m = re.fullmatch(r"([0-9.]+)([kmg]?)bit", sys.argv[1])
+print(int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]))' "$1"
+}
+bytes_of() {
+  python3 -c '
+import sys
+s = sys.argv[1]
+print(int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s))' "$1"
+}
+
+# Shapes one direction: `dev` in namespace `ns` ("" for the host) sends at `rate`.
+shape() {
+  local ns=$1 dev=$2 rate=$3
+  local run=(tc)
+  [ -n "$ns" ] && run=(tc -n "$ns")
+  if [ "$delay_ms" != 0 ]; then
+    "${run[@]}" qdisc add dev "$dev" root netem delay "${delay_ms}ms" rate "$rate" limit 100000 ||
+      fail "tc netem is not available in this kernel: run with DELAY_MS=0"
+  else
+    "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst 512kb latency 100ms
+  fi
+}
+netem_note="no delay (DELAY_MS=0)"
+[ "$delay_ms" != 0 ] && netem_note="${delay_ms} ms each way"
+
+ip link add "$bridge" type bridge
+ip link set "$bridge" up
+host_number=1
+# Adds namespace `name` with an address on the bridge, its link shaped at `rate`; prints the
+# address.
+add_node() {
+  local name=$1 rate=$2
+  local ns="${tag}-${name}"
+  local host_end="${tag}${name}h" node_end="${tag}${name}n"
+  ip netns add "$ns"
+  namespaces+=("$ns")
+  ip link add "$host_end" type veth peer name "$node_end"
+  ip link set "$node_end" netns "$ns"
+  ip link set "$host_end" master "$bridge" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$subnet.$host_number/24" dev "$node_end"
+  ip -n "$ns" link set "$node_end" up
+  shape "$ns" "$node_end" "$rate"  # what the node sends
+  shape "" "$host_end" "$rate"     # what it receives
+  node_address="$subnet.$host_number"
+  host_number=$((host_number + 1))
+}
+shard_addresses=()
+for ((i = 0; i < shards; ++i)); do
+  add_node "c$i" "$cpu_rate"
+  shard_addresses+=("$node_address")
+done
+worker_addresses=()
+for ((i = 0; i < workers; ++i)); do
+  add_node "g$i" "$gpu_rate"
+  worker_addresses+=("$node_address")
+done
+echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $netem_note," \
+  "$transport"
+
+# Starts the shards (fresh: every run starts its job over) in their namespaces, or on
+# 127.0.0.1 with `local`; sets `servers`.
+shard_pids=()
+start_shards() {
+  local where=$1
+  shard_pids=()
+  local list=()
+  for ((i = 0; i < shards; ++i)); do
+    local port_file="$run_dir/port-$where-$i-$RANDOM"
+    local host="${shard_addresses[$i]}" run=(ip netns exec "${tag}-c$i")
+    if [ "$where" = local ]; then host=127.0.0.1; run=(); fi
+    "${run[@]}" "$server" --host "$host" --port 0 --port_file "$port_file" \
+      --shard_index "$i" --num_shards "$shards" --num_workers "$workers" \
+      --transport "$transport" --lifetime_s 600 >>"$run_dir/shard-$where-$i.log" 2>&1 &
+    shard_pids+=($!)
+    pids+=($!)
+    await "[ -s '$port_file' ]" 30
+    list+=("$host:$(cat "$port_file")")
+  done
+  servers=$(IFS=,; echo "${list[*]}")
+}
+stop_shards() {
+  for pid in "${shard_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${shard_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# 1. Training across the zone equals training on loopback, bit for bit.
+train() {
+  local where=$1
+  start_shards "$where"
+  local worker_pids=()
+  for ((i = 0; i < workers; ++i)); do
+    local run=(ip netns exec "${tag}-g$i")
+    [ "$where" = local ] && run=()
+    "${run[@]}" "$worker" --servers "$servers" --rank "$i" --world_size "$workers" \
+      --transport "$transport" --steps "$steps" --optimizer adam --lr 0.01 \
+      --output "$run_dir/model-$where-$i" >"$run_dir/worker-$where-$i.log" 2>&1 &
+    worker_pids+=($!)
+    pids+=($!)
+  done
+  for pid in "${worker_pids[@]}"; do wait "$pid" || fail "a worker failed ($where)"; done
+  stop_shards
+}
+train local
+train zone
+for ((i = 0; i < workers; ++i)); do
+  cmp -s "$run_dir/model-local-0" "$run_dir/model-zone-$i" ||
+    fail "worker $i's model across the zone differs from the loopback run's"
+done
+echo "training: $workers worker(s) x $steps Adam steps across the zone end bitwise equal to" \
+  "the loopback run ($(grep -h 'final loss' "$run_dir/worker-zone-0.log"))"
+
+# 2. Push-pull against the bound.
+gpu_bps=$(bits_per_second "$gpu_rate")
+cpu_bps=$(bits_per_second "$cpu_rate")
+printf '%-6s | %11s %11s | %11s %-8s | %6s\n' size "p50 (ms)" "GB/s/wkr" "bound (ms)" link "x bound"
+for size in $sizes; do
+  start_shards zone
+  bench_pids=()
+  for ((i = 0; i < workers; ++i)); do
+    ip netns exec "${tag}-g$i" "$bench" --servers "$servers" --rank "$i" \
+      --world_size "$workers" --transport "$transport" --op pushpull -b "$size" -f 1 \
+      --iterations "$iterations" --warmup 2 --timeout_s 120 --partition_bytes "$partition_bytes" \
+      --json "$run_dir/bench-$size-$i.json" \
+      >"$run_dir/bench-$size-$i.log" 2>&1 &
+    bench_pids+=($!)
+    pids+=($!)
+  done
+  for pid in "${bench_pids[@]}"; do wait "$pid" || fail "ps-bench failed at $size"; done
+  stop_shards
+  bytes=$(bytes_of "$size")
+  python3 - "$run_dir" "$size" "$bytes" "$workers" "$shards" "$gpu_bps" "$cpu_bps" \
+    "$partition_bytes" <<'EOF'
+import json, math, statistics, sys
+run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition = sys.argv[1:]
+model, workers, shards, partition = int(model), int(workers), int(shards), int(partition)
+gpu_bps, cpu_bps = float(gpu_bps), float(cpu_bps)
+p50 = statistics.median(
+    json.load(open(f"{run_dir}/bench-{size}-{rank}.json"))["results"][0]["p50_us"] / 1e3
+    for rank in range(workers))
+worker_link = model * 8 / gpu_bps * 1e3
+# The busiest shard carries its partitions of every worker's share: W/S of the model when the
+# partitions spread evenly, more when there are fewer partitions than shards.
+partitions = math.ceil(model / partition)
+shard_share = math.ceil(partitions / shards) / partitions
+shard_link = workers * model * shard_share * 8 / cpu_bps * 1e3
+bound, link = max((worker_link, "gpu NIC"), (shard_link, "cpu NIC"))
+print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:<8} | "
+      f"{p50 / bound:6.2f}")
+EOF
+done
+echo "PASSED"
