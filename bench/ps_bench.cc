@@ -61,6 +61,8 @@ ABSL_FLAG(bool, check, false, "Check every pulled value and count the wrong ones
 ABSL_FLAG(std::string, servers, "",
           "Measure this cluster (shard addresses in index order) instead of an embedded one");
 ABSL_FLAG(uint32_t, rank, 0, "With --servers: this worker's rank");
+ABSL_FLAG(std::string, job_id, "hetps",
+          "The job the shards serve (their --job_id); embedded shards serve this one");
 ABSL_FLAG(uint32_t, world_size, 1,
           "With --servers: workers in the job (the shards' --num_workers)");
 ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Client partition size (and floor message size)");
@@ -443,6 +445,7 @@ absl::Status RunTransport(const Plan& plan, const std::string& transport_name,
     options.servers = servers;
     options.rank = plan.embedded ? static_cast<uint32_t>(w) : plan.rank;
     options.world_size = plan.world_size;
+    options.job_id = absl::GetFlag(FLAGS_job_id);
     options.transport_instance = transport;
     options.call_timeout = plan.timeout;
     options.connect_timeout = plan.timeout;
@@ -524,6 +527,7 @@ absl::Status StartEmbeddedShards(const Plan& plan, const std::string& transport,
     options.shard_index = static_cast<uint32_t>(i);
     options.num_shards = static_cast<uint32_t>(plan.shards);
     options.num_workers = plan.world_size;
+    options.job_id = absl::GetFlag(FLAGS_job_id);
     options.listen_address = "127.0.0.1:0";
     options.threads = std::max(1, cpus / plan.shards);
     options.transport = transport;

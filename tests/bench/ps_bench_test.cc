@@ -283,6 +283,23 @@ TEST(PsBenchTest, FactorOneMeasuresOneSize) {
   EXPECT_EQ(parsed->Find("results")->items()[0].Find("bytes")->as_number(), 65536);
 }
 
+TEST(PsBenchTest, MeasuresTheShardsOfTheJobItNames) {
+  testing::ScopedTempDir dir;
+  testing::LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--job_id=team-a"}).ok());
+  auto run = [&](const std::string& job) {
+    Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(),
+                      "--transport=grpc", "--op=pull", "-b", "4K", "-f", "1", "--iterations=5",
+                      "--timeout_s=10", "--job_id=" + job},
+                     dir.path() + "/" + job + ".log");
+    return bench.Wait(absl::Seconds(60));
+  };
+  EXPECT_EQ(run("team-a"), 0) << ReadFile(dir.path() + "/team-a.log");
+  EXPECT_EQ(run("hetps"), 2) << ReadFile(dir.path() + "/hetps.log");
+  EXPECT_NE(ReadFile(dir.path() + "/hetps.log").find("team-a"), std::string::npos)
+      << ReadFile(dir.path() + "/hetps.log");
+}
+
 TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {
   testing::ScopedTempDir dir;
   Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=127.0.0.1:1", "--timeout_s=2"},
