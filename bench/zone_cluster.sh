@@ -10,6 +10,7 @@
 #     carries W/S of every worker's share (W * M / (S * CPU_RATE); more for a shard that holds
 #     more of the model's PARTITION_BYTES partitions); the larger is the step's bound and names
 #     the link that saturates. Target: p50 within 1.15x of the bound.
+#  3. What ps-plan (deploy/plan/ps-plan) predicts for the same layout, and its error.
 #
 #   bench/zone_cluster.sh [build dir]
 #   SHARDS=2 WORKERS=2 GPU_RATE=1gbit CPU_RATE=1gbit SIZES="1M 16M 64M" bench/zone_cluster.sh build
@@ -184,7 +185,9 @@ echo "training: $workers worker(s) x $steps Adam steps across the zone end bitwi
 # 2. Push-pull against the bound.
 gpu_bps=$(bits_per_second "$gpu_rate")
 cpu_bps=$(bits_per_second "$cpu_rate")
-printf '%-6s | %11s %11s | %11s %-8s | %6s\n' size "p50 (ms)" "GB/s/wkr" "bound (ms)" link "x bound"
+plan="$(cd "$(dirname "$0")/.." && pwd)/deploy/plan/ps-plan"
+printf '%-6s | %11s %11s | %11s %-8s | %6s | %10s %6s\n' size "p50 (ms)" "GB/s/wkr" \
+  "bound (ms)" link "x bound" "plan (ms)" "error"
 for size in $sizes; do
   start_shards zone
   bench_pids=()
@@ -200,10 +203,16 @@ for size in $sizes; do
   for pid in "${bench_pids[@]}"; do wait "$pid" || fail "ps-bench failed at $size"; done
   stop_shards
   bytes=$(bytes_of "$size")
+  # What ps-plan predicts for this layout.
+  planned=$("$plan" --params "$((bytes / 4))" --workers "$workers" \
+    --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
+    --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
+    --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["options"][0]["communication_ms"])')
   python3 - "$run_dir" "$size" "$bytes" "$workers" "$shards" "$gpu_bps" "$cpu_bps" \
-    "$partition_bytes" <<'EOF'
+    "$partition_bytes" "$planned" <<'EOF'
 import json, math, statistics, sys
-run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition = sys.argv[1:]
+run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition, planned = sys.argv[1:]
+planned = float(planned)
 model, workers, shards, partition = int(model), int(workers), int(shards), int(partition)
 gpu_bps, cpu_bps = float(gpu_bps), float(cpu_bps)
 p50 = statistics.median(
@@ -217,7 +226,7 @@ shard_share = math.ceil(partitions / shards) / partitions
 shard_link = workers * model * shard_share * 8 / cpu_bps * 1e3
 bound, link = max((worker_link, "gpu NIC"), (shard_link, "cpu NIC"))
 print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:<8} | "
-      f"{p50 / bound:6.2f}")
+      f"{p50 / bound:6.2f} | {planned:10.2f} {(planned - p50) / p50 * 100:+5.0f}%")
 EOF
 done
 echo "PASSED"

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""ps-plan (deploy/plan/ps-plan): its memory and step arithmetic, its choices and its errors.
+How its step times compare with measurements is bench/zone_cluster.sh's part (recorded in
+bench/PERFORMANCE.md).
+
+Usage: ps_plan_test.py SOURCE_DIR
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PLAN = None
+
+
+def run(*args):
+    return subprocess.run([sys.executable, PLAN, *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def plan_json(*args):
+    out = run(*args, "--json")
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+class PsPlanTest(unittest.TestCase):
+    def test_memory_per_shard_is_weights_gradients_and_state(self):
+        # 1e9 parameters, Adam (2 slots): 16 bytes an element over 4 shards, plus 1 GiB.
+        option = plan_json("--params", "1e9", "--optimizer", "adam", "--workers", "1",
+                           "--shards", "4", "--shard_nic", "10")["options"][0]
+        self.assertAlmostEqual(option["memory_per_shard_gib"],
+                               round((1e9 / 4 * 16 + (1 << 30)) / (1 << 30), 2))
+        # A backup of the neighbour's share doubles the tensors.
+        doubled = plan_json("--params", "1e9", "--optimizer", "adam", "--workers", "1",
+                            "--shards", "4", "--shard_nic", "10", "--replicas", "2")["options"][0]
+        self.assertAlmostEqual(doubled["memory_per_shard_gib"],
+                               round((1e9 / 4 * 32 + (1 << 30)) / (1 << 30), 2))
+
+    def test_step_is_the_slower_link_plus_one_partition(self):
+        # 64 MiB of fp32, 2 workers and 2 shards at 1 Gbit/s, 1 MiB partitions: each link moves
+        # 64 MiB each way (537 ms), and the first partition goes up first (8.4 ms).
+        option = plan_json("--params", str(16 << 20), "--workers", "2", "--worker_nic", "1",
+                           "--shards", "2", "--shard_nic", "1",
+                           "--partition_bytes", "1M")["options"][0]
+        self.assertAlmostEqual(option["communication_ms"],
+                               round(((64 << 20) * 8 / 1e9 + (1 << 20) * 8 / 1e9) * 1e3, 2))
+        # Slower shards bound the step, and say so; bf16 halves the bytes.
+        slow = plan_json("--params", str(16 << 20), "--workers", "2", "--worker_nic", "1",
+                         "--shards", "2", "--shard_nic", "0.5", "--partition_bytes", "1M",
+                         "--wire", "bf16")["options"][0]
+        self.assertEqual(slow["bound_by"], "shard NIC")
+        self.assertAlmostEqual(slow["communication_ms"],
+                               round(((32 << 20) * 8 / 0.5e9 + (1 << 20) * 8 / 0.5e9) * 1e3, 2))
+
+    def test_it_recommends_a_vm_that_holds_the_model_and_says_whether_gpus_wait(self):
+        result = plan_json("--params", "7e9", "--optimizer", "adam", "--workers", "8",
+                           "--step_ms", "2000", "--worker_nic", "100", "--gpu_hourly", "30")
+        self.assertIsNotNone(result["recommended"])
+        for option in result["options"]:
+            self.assertTrue(option["fits"])
+            self.assertLessEqual(option["memory_per_shard_gib"], 0.9 * option["vm_memory_gib"])
+            self.assertEqual(option["gpus_hourly"], 240)
+        fast = plan_json("--params", "7e9", "--workers", "8", "--step_ms", "10",
+                         "--worker_nic", "100")
+        self.assertTrue(all(option["gpus_wait"] for option in fast["options"]))
+        text = run("--params", "7e9", "--workers", "8", "--step_ms", "2000").stdout
+        self.assertIn("recommended:", text)
+
+    def test_tensor_lists_and_mistakes(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write("# name elements\nembedding 1000000\nfc.weight 4096\n\nfc.bias 64\n")
+        try:
+            result = plan_json("--tensors", f.name, "--workers", "1", "--shards", "1",
+                               "--shard_nic", "10")
+            self.assertEqual(result["plan"]["parameters"], 1000000 + 4096 + 64)
+            self.assertEqual(result["plan"]["tensors"], 3)
+            with open(f.name, "a") as more:
+                more.write("broken line\n")
+            bad = run("--tensors", f.name, "--workers", "1")
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn(":6: not a tensor size", bad.stderr)
+        finally:
+            os.unlink(f.name)
+        huge = run("--params", "1e14", "--workers", "1")
+        self.assertEqual(huge.returncode, 1)
+        self.assertIn("no VM type on offer holds the model", huge.stdout)
+        self.assertNotEqual(run("--params", "1e6", "--workers", "0").returncode, 0)
+        self.assertNotEqual(run("--params", "1e6", "--workers", "1", "--shard_nic", "1").returncode,
+                            0)
+
+
+if __name__ == "__main__":
+    PLAN = os.path.join(sys.argv.pop(1), "deploy", "plan", "ps-plan")
+    unittest.main()
