@@ -17,6 +17,8 @@ packages=(
   # The metrics test: a real Prometheus scrapes shards and a worker; promtool checks the pages.
   # The Kubernetes manifests' test reads kubectl kustomize's YAML.
   prometheus curl python3-yaml
+  # The Slurm job's test: a real slurmctld, slurmd and munged on this machine.
+  slurmctld slurmd slurm-client munge
   "$@"
 )
 
