@@ -54,18 +54,8 @@ cleanup() {
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  tail -n 20 "$run_dir"/*.log >&2 || true
-  exit 1
-}
-await() {
-  local deadline=$(($(date +%s) + $2))
-  until eval "$1"; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
-    sleep 0.05
-  done
-}
+# shellcheck source=../tests/testing/script_helpers.sh
+source "$(dirname "$0")/../tests/testing/script_helpers.sh"
 # Bits per second of a tc rate ("1gbit", "500mbit").
 bits_per_second() {
   python3 -c '

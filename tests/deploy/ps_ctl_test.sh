@@ -16,18 +16,8 @@ cleanup() {
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  tail -n 20 "$run_dir"/*.log >&2 || true
-  exit 1
-}
-await() {
-  local deadline=$(($(date +%s) + $2))
-  until eval "$1"; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
-    sleep 0.1
-  done
-}
+# shellcheck source=../testing/script_helpers.sh
+source "$(dirname "$0")/../testing/script_helpers.sh"
 for shard in 0 1; do
   "$build_dir/server/ps-server" --transport grpc --num_shards 2 --shard_index "$shard" \
     --job_id ctl-test --metrics_port 0 --port_file "$run_dir/port$shard" --lifetime_s 120 \

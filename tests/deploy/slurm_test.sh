@@ -21,7 +21,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 77
 fi
 
-dir=$(mktemp -d)
+run_dir=$(mktemp -d)
 ns="hetps-sl-$$"
 host_end="sl$$h"
 node_end="sl$$n"
@@ -34,24 +34,11 @@ cleanup() {
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   ip netns del "$ns" 2>/dev/null || true
   ip link del "$host_end" 2>/dev/null || true
-  rm -rf "$dir"
+  rm -rf "$run_dir"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  tail -n 30 "$dir"/*.log "$dir"/*.out >&2 2>/dev/null || true
-  exit 1
-}
-await() {
-  local deadline=$(($(date +%s) + $2))
-  until eval "$1"; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
-    sleep 0.2
-  done
-}
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("",0)); print(s.getsockname()[1])'
-}
+# shellcheck source=../testing/script_helpers.sh
+source "$(dirname "$0")/../testing/script_helpers.sh"
 
 ip netns add "$ns"
 ip link add "$host_end" type veth peer name "$node_end"
@@ -62,30 +49,30 @@ ip -n "$ns" addr add "$gpu_address/30" dev "$node_end"
 ip -n "$ns" link set "$node_end" up
 ip -n "$ns" link set lo up
 
-mungekey -c -k "$dir/munge.key"
-munged -F -f --key-file="$dir/munge.key" --socket="$dir/munge.sock" \
-  --log-file="$dir/munged.log" --pid-file="$dir/munged.pid" --seed-file="$dir/munged.seed" \
-  >"$dir/munged.out" 2>&1 &
+mungekey -c -k "$run_dir/munge.key"
+munged -F -f --key-file="$run_dir/munge.key" --socket="$run_dir/munge.sock" \
+  --log-file="$run_dir/munged.log" --pid-file="$run_dir/munged.pid" --seed-file="$run_dir/munged.seed" \
+  >"$run_dir/munged.out" 2>&1 &
 pids+=($!)
-await '[ -S "$dir/munge.sock" ]' 30
+await '[ -S "$run_dir/munge.sock" ]' 30
 
-mkdir -p "$dir/state" "$dir/spool-cpu1" "$dir/spool-gpu1" "$dir/jobs"
-cat >"$dir/slurm.conf" <<CONF
+mkdir -p "$run_dir/state" "$run_dir/spool-cpu1" "$run_dir/spool-gpu1" "$run_dir/jobs"
+cat >"$run_dir/slurm.conf" <<CONF
 ClusterName=hetps-test
 SlurmctldHost=$(hostname)($cpu_address)
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge.sock
+AuthInfo=socket=$run_dir/munge.sock
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool-%n
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd-%n.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd-%n.log
+StateSaveLocation=$run_dir/state
+SlurmdSpoolDir=$run_dir/spool-%n
+SlurmctldPidFile=$run_dir/slurmctld.pid
+SlurmdPidFile=$run_dir/slurmd-%n.pid
+SlurmctldLogFile=$run_dir/slurmctld.log
+SlurmdLogFile=$run_dir/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -102,28 +89,28 @@ NodeName=gpu1 NodeAddr=$gpu_address CPUs=4 RealMemory=2000 State=UNKNOWN
 PartitionName=cpu Nodes=cpu1 Default=YES MaxTime=10 State=UP
 PartitionName=gpu Nodes=gpu1 MaxTime=10 State=UP
 CONF
-export SLURM_CONF="$dir/slurm.conf"
-slurmctld -D -f "$SLURM_CONF" >"$dir/slurmctld.out" 2>&1 &
+export SLURM_CONF="$run_dir/slurm.conf"
+slurmctld -D -f "$SLURM_CONF" >"$run_dir/slurmctld.out" 2>&1 &
 pids+=($!)
-slurmd -D -f "$SLURM_CONF" -N cpu1 >"$dir/slurmd-cpu1.out" 2>&1 &
+slurmd -D -f "$SLURM_CONF" -N cpu1 >"$run_dir/slurmd-cpu1.out" 2>&1 &
 pids+=($!)
 # nsenter, not ip netns exec: only the network is the namespace's, /sys (cgroups) stays.
-nsenter --net="/run/netns/$ns" slurmd -D -f "$SLURM_CONF" -N gpu1 >"$dir/slurmd-gpu1.out" 2>&1 &
+nsenter --net="/run/netns/$ns" slurmd -D -f "$SLURM_CONF" -N gpu1 >"$run_dir/slurmd-gpu1.out" 2>&1 &
 pids+=($!)
-await '[ "$(sinfo -h -o "%P %t" 2>/dev/null | sort | tr "\n" " ")" = "cpu* idle gpu idle " ]' 60
+await '[ "$(sinfo -h -o "%P %t" 2>/dev/null | sort | tr "\n" " ")" = "cpu* idle gpu idle " ]' 60 0.2
 echo "slurm: $(sinfo -h -o '%P %N %t' | tr '\n' ';')"
 
-cd "$dir/jobs"
+cd "$run_dir/jobs"
 status=0
 HETPS_SERVER="$build_dir/server/ps-server" \
   HETPS_WORKER="$build_dir/worker/examples/linear_regression" \
   HETPS_SHARD_HOST="$cpu_address" HETPS_STEPS=10 \
-  timeout 180 sbatch --wait --output="$dir/job.out" "$source_dir/deploy/slurm/hetps.sbatch" \
-  >"$dir/sbatch.out" 2>&1 || status=$?
-cat "$dir/job.out" 2>/dev/null || true
-[ "$status" -eq 0 ] || fail "the job failed (sbatch: $status): $(cat "$dir/sbatch.out")"
-grep -q "shard(s) at $cpu_address:" "$dir/job.out" || fail "the shards did not run on cpu1"
+  timeout 180 sbatch --wait --output="$run_dir/job.out" "$source_dir/deploy/slurm/hetps.sbatch" \
+  >"$run_dir/sbatch.out" 2>&1 || status=$?
+cat "$run_dir/job.out" 2>/dev/null || true
+[ "$status" -eq 0 ] || fail "the job failed (sbatch: $status): $(cat "$run_dir/sbatch.out")"
+grep -q "shard(s) at $cpu_address:" "$run_dir/job.out" || fail "the shards did not run on cpu1"
 for rank in 0 1; do
-  grep -q "rank $rank final loss" "$dir/job.out" || fail "rank $rank did not finish"
+  grep -q "rank $rank final loss" "$run_dir/job.out" || fail "rank $rank did not finish"
 done
 echo "PASSED"

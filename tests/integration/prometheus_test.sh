@@ -29,22 +29,8 @@ cleanup() {
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  tail -n 20 "$run_dir"/*.log >&2
-  exit 1
-}
-# Waits (up to $2 s) until the command in $1 succeeds.
-await() {
-  local deadline=$(($(date +%s) + $2))
-  until eval "$1"; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
-    sleep 0.1
-  done
-}
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+# shellcheck source=../testing/script_helpers.sh
+source "$(dirname "$0")/../testing/script_helpers.sh"
 # The metrics address a program logged ("... http://127.0.0.1:PORT/metrics").
 metrics_address() {
   grep -o 'http://[0-9.]*:[0-9]*/metrics' "$1" | head -n 1 | sed 's|http://||; s|/metrics||'

@@ -1,0 +1,28 @@
+# What the shell tests (and bench scripts that start processes) share. Source it after setting
+# run_dir, the directory whose *.log and *.out files a failure shows.
+#
+#   source "$(dirname "$0")/../testing/script_helpers.sh"
+#   await '[ -s "$run_dir/port" ]' 30 || ...
+
+# Prints why, the end of every log in $run_dir, and exits 1.
+fail() {
+  echo "FAILED: $*" >&2
+  tail -n 30 "$run_dir"/*.log "$run_dir"/*.out >&2 2>/dev/null || true
+  exit 1
+}
+
+# Waits until the command in $1 succeeds, checking every $3 s (0.05), and fails after $2 s: a
+# poll with a deadline, for events that leave a trace in a file or a port.
+await() {
+  local deadline=$(($(date +%s) + $2))
+  until eval "$1"; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "timed out waiting for: $1"
+    sleep "${3:-0.05}"
+  done
+}
+
+# A TCP port free on address $1 (all addresses when empty) a moment ago.
+free_port() {
+  python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' \
+    "${1:-}"
+}
