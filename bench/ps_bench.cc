@@ -153,19 +153,18 @@ uint64_t AvailableMemory() {
 }
 
 // Refuses, before anything is allocated, a sweep that cannot fit in this machine's memory: at
-// its peak the embedded shards hold every tensor measured on them (fresh shards for each
-// transport and setting) -- fp32 weights, a gradient buffer and the optimizer's state per
-// element, twice with a backup -- and each worker a measurement's buffers.
+// its peak the embedded shards hold the largest tensor measured (each is dropped once
+// measured) -- fp32 weights, a gradient buffer and the optimizer's state per element, twice
+// with a backup -- and each worker a measurement's buffers.
 absl::Status CheckMemory(const Plan& plan) {
   const MeasureSettings& s = plan.settings;
   const uint64_t state_slots = s.optimizer == "adam" ? 2 : 0;
-  uint64_t shards = 0;
   uint64_t largest = 0;
   for (uint64_t bytes : plan.sizes) {
     HETPS_ASSIGN_OR_RETURN(const uint64_t elements, ElementsOf(bytes, s.dtype));
-    shards += elements * sizeof(float) * (2 + state_slots) * plan.ops.size();
     largest = std::max(largest, elements);
   }
+  uint64_t shards = largest * sizeof(float) * (2 + state_slots);
   const uint32_t replicas = *std::max_element(plan.replicas.begin(), plan.replicas.end());
   shards = plan.embedded ? shards * replicas : 0;
   // Gradients, weights, the values to check them against, and the floor's echo buffers, per
@@ -176,9 +175,9 @@ absl::Status CheckMemory(const Plan& plan) {
   const uint64_t available = AvailableMemory();
   if (needed > available / 10 * 9) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "this sweep needs about %.1f GB at its peak (%.1f GB of tensors on the embedded shards, "
-        "which keep every measured size, and %.1f GB of buffers for %d worker(s)), but %.1f GB "
-        "are available: lower -e, measure fewer --op, or use fewer --workers",
+        "this sweep needs about %.1f GB at its peak (%.1f GB for the largest tensor on the "
+        "embedded shards, and %.1f GB of buffers for %d worker(s)), but %.1f GB are available: "
+        "lower -e, or use fewer --workers",
         needed / 1e9, shards / 1e9, workers / 1e9, plan.workers, available / 1e9));
   }
   return absl::OkStatus();
@@ -511,6 +510,12 @@ absl::Status RunTransport(const Plan& plan, const std::string& transport_name,
       HETPS_RETURN_IF_ERROR(report(r));
     }
   }
+  // What the runners keep on the shards goes (all workers at once: it waits for each other).
+  HETPS_RETURN_IF_ERROR(
+      OnEveryWorker(workers, [](LocalWorker& worker) -> absl::StatusOr<WorkerMeasurement> {
+        HETPS_RETURN_IF_ERROR(worker.runner->Finish());
+        return WorkerMeasurement();
+      }).status());
   for (LocalWorker& worker : workers) worker.client->Shutdown();
   return absl::OkStatus();
 }

@@ -378,8 +378,11 @@ absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& se
   HetpsSource source(client_, settings, tensor, rank_, world_size_, elements);
   if (settings.iterations > 0) {
     iterations_ = settings.iterations;
-    return RunWindow(*transport_, source, 0, settings.warmup, settings.iterations,
-                     settings.inflight);
+    HETPS_ASSIGN_OR_RETURN(
+        WorkerMeasurement measured,
+        RunWindow(*transport_, source, 0, settings.warmup, settings.iterations, settings.inflight));
+    HETPS_RETURN_IF_ERROR(DropOnceAllAreDone(spec.name));
+    return measured;
   }
   // Warm up (timed, one at a time), then run as many operations as rank 0's warm-up says fit in
   // the duration; the measured operations take the steps after the warm-up's.
@@ -391,7 +394,23 @@ absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& se
   HETPS_ASSIGN_OR_RETURN(iterations_,
                          AgreeIterations(static_cast<int>(std::clamp(fit, 10.0, 100000.0))));
   HETPS_RETURN_IF_ERROR(client_->Barrier());
-  return RunWindow(*transport_, source, warmup, 0, iterations_, settings.inflight);
+  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement measured,
+                         RunWindow(*transport_, source, warmup, 0, iterations_, settings.inflight));
+  HETPS_RETURN_IF_ERROR(DropOnceAllAreDone(spec.name));
+  return measured;
+}
+
+absl::Status HetpsRunner::DropOnceAllAreDone(const std::string& name) {
+  HETPS_RETURN_IF_ERROR(client_->Barrier());
+  if (rank_ != 0) return absl::OkStatus();
+  const std::string names[] = {name};
+  return client_->Drop(names).status();
+}
+
+absl::Status HetpsRunner::Finish() {
+  if (control_ == 0) return absl::OkStatus();
+  control_ = 0;
+  return DropOnceAllAreDone("ps-bench/control");
 }
 
 absl::StatusOr<std::unique_ptr<FloorRunner>> FloorRunner::Connect(

@@ -59,11 +59,18 @@ class HetpsRunner {
  public:
   HetpsRunner(Client* client, std::shared_ptr<transport::Transport> transport, uint32_t rank,
               uint32_t world_size);
+  // Each measurement's tensor is dropped from the shards once every worker is done with it,
+  // so a sweep does not pile tensors up and the next run may measure another optimizer or dtype.
   absl::StatusOr<WorkerMeasurement> Measure(const MeasureSettings& settings);
   // How many operations the last Measure ran (the floor runs as many).
   int iterations() const { return iterations_; }
+  // At the end of a run (every worker): drops what the runner still keeps on the shards.
+  absl::Status Finish();
 
  private:
+  // Waits for every worker, then rank 0 drops the tensor.
+  absl::Status DropOnceAllAreDone(const std::string& name);
+
   // All workers agree on rank 0's count of measured operations.
   absl::StatusOr<int> AgreeIterations(int proposal);
 

@@ -177,13 +177,37 @@ void CheckpointWriter::Offer(uint64_t tensor_key, PartitionCopy copy) {
     if (gathering.handed_off) return;
     const uint32_t index = copy.index;
     gathering.copies.insert_or_assign({tensor_key, index}, std::move(copy));
-    if (gathering.copies.size() < expected_copies_()) return;
-    gathering.handed_off = true;
-    for (auto& [id, gathered] : gathering.copies)
-      ready->emplace_back(id.first, std::move(gathered));
-    gathering.copies.clear();
+    if (!HandOffIfComplete(gathering, *ready)) return;
   }
   writer_->Post([this, step, ready] { Write(step, std::move(*ready)); });
+}
+
+bool CheckpointWriter::HandOffIfComplete(Step& gathering, Copies& ready) {
+  if (gathering.handed_off || gathering.copies.empty() ||
+      gathering.copies.size() < expected_copies_()) {
+    return false;
+  }
+  gathering.handed_off = true;
+  for (auto& [id, gathered] : gathering.copies) ready.emplace_back(id.first, std::move(gathered));
+  gathering.copies.clear();
+  return true;
+}
+
+void CheckpointWriter::Forget(uint64_t tensor_key) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<Copies>>> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [step, gathering] : steps_) {
+      if (gathering.handed_off) continue;
+      std::erase_if(gathering.copies,
+                    [tensor_key](const auto& entry) { return entry.first.first == tensor_key; });
+      auto copies = std::make_shared<Copies>();
+      if (HandOffIfComplete(gathering, *copies)) ready.emplace_back(step, std::move(copies));
+    }
+  }
+  for (auto& [step, copies] : ready) {
+    writer_->Post([this, step = step, copies = copies] { Write(step, std::move(*copies)); });
+  }
 }
 
 bool CheckpointWriter::TakesPeriodic(uint64_t step) {
@@ -272,6 +296,8 @@ absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
     return std::make_pair(a.first, a.second.index) < std::make_pair(b.first, b.second.index);
   });
   const std::map<uint64_t, hetps::v1::TensorImage> catalog = catalog_();
+  // Tensors dropped since the cut are left out.
+  std::erase_if(copies, [&catalog](const auto& copy) { return !catalog.contains(copy.first); });
   hetps::v1::CheckpointPart part;
   part.set_job_id(identity_.job_id);
   part.set_step(step);
@@ -283,9 +309,6 @@ absl::Status CheckpointWriter::WritePart(uint64_t step, Copies& copies) {
   for (const auto& [key, copy] : copies) {
     if (tensor == nullptr || tensor->decl().key() != key) {
       auto it = catalog.find(key);
-      if (it == catalog.end()) {
-        return absl::InternalError(absl::StrFormat("tensor %016x is not in the table", key));
-      }
       tensor = part.add_tensors();
       *tensor = it->second;
     }

@@ -64,6 +64,10 @@ class CheckpointWriter {
   // A partition's copy (any thread). REQUIRES: copies of one tensor partition come in version
   // order. A copy of a step that is written or being written already is dropped.
   void Offer(uint64_t tensor_key, PartitionCopy copy);
+  // The tensor was dropped: the steps being gathered let go of its copies and no longer wait
+  // for them (the shard counts its partitions out of `expected_copies` first). A part being
+  // written already leaves it out. Any thread.
+  void Forget(uint64_t tensor_key);
   // Whether the periodic checkpoint of `step` is taken: not while an earlier one is still being
   // written (one copy in memory at a time, and a disk slower than the checkpoints are frequent
   // does not pile them up). The first partition to ask decides for all. Any thread.
@@ -90,6 +94,8 @@ class CheckpointWriter {
     absl::Status result;
     std::vector<std::function<void(absl::Status)>> waiters;
   };
+  // Moves a step's copies to `ready` once it holds as many as expected (and some).
+  bool HandOffIfComplete(Step& gathering, Copies& ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Write(uint64_t step, Copies copies);
   absl::Status WritePart(uint64_t step, Copies& copies);
   absl::Status CommitIfComplete(uint64_t step);

@@ -22,7 +22,8 @@ struct ShardMetrics {
   std::atomic<uint64_t> payload_bytes_received{0};
   std::atomic<uint64_t> payload_bytes_sent{0};
   std::atomic<uint64_t> failed_requests{0};
-  std::atomic<uint64_t> pushes_refused{0};      // push items answered with an error, not applied
+  std::atomic<uint64_t> pushes_refused{0};  // push items answered with an error, not applied
+  std::atomic<uint64_t> tensors_dropped{0};
   std::atomic<int64_t> requests_waiting{0};     // now, not a total
   std::atomic<int64_t> checkpoints_waiting{0};  // now, not a total
 

@@ -101,6 +101,7 @@ void Partition::Release(HeldGradient& gradient) {
 
 absl::StatusOr<uint64_t> Partition::Push(const PushOrigin& origin, FloatFormat format,
                                          transport::Payload gradient) {
+  if (retired()) return retired_;
   return config_.sync_mode == hetps::v1::SYNC_MODE_ASP
              ? PushAsp(origin, format, std::move(gradient))
              : PushBsp(origin, format, std::move(gradient));
@@ -294,6 +295,7 @@ void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_
 
 absl::Status Partition::Reschedule(uint64_t from_version,
                                    std::shared_ptr<const Optimizer> optimizer) {
+  if (retired()) return retired_;
   if (version() > from_version) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d is at version %d: too late to change the optimizer from version %d on",
@@ -311,7 +313,7 @@ absl::Status Partition::Reschedule(uint64_t from_version,
 }
 
 void Partition::SetInitialValues(const transport::Payload& values) {
-  if (!awaits_values_ || version() != 0) return;
+  if (retired() || !awaits_values_ || version() != 0) return;
   awaits_values_ = false;
   bf16_ = fp16_ = WireCopy();  // conversions of the zeros are stale now
   if (weights_.use_count() > 1) {
@@ -351,6 +353,7 @@ void Partition::CheckpointIfDue() {
 }
 
 absl::Status Partition::CheckpointAt(uint64_t version) {
+  if (retired()) return absl::OkStatus();  // the checkpoint no longer has it (Forget)
   if (!config_.checkpoint) {
     return absl::FailedPreconditionError(
         absl::StrFormat("partition %d is not checkpointed (an ASP tensor, or no "
@@ -459,6 +462,7 @@ absl::Status Partition::CopyStateFrom(const transport::Payload& state) {
 absl::Status Partition::WriteState(uint64_t version, const transport::Payload& state) {
   const size_t n = config_.range.size;
   const size_t expected = n * (1 + state_slots_.size()) * sizeof(float);
+  if (retired()) return retired_;
   if (state.size() != expected) {
     return absl::InvalidArgumentError(
         absl::StrFormat("partition %d: its weights and %d state slots take %d bytes, %d were sent",
@@ -484,6 +488,10 @@ absl::Status Partition::WriteState(uint64_t version, const transport::Payload& s
 
 void Partition::Pull(uint64_t min_version, FloatFormat format,
                      std::shared_ptr<PendingRequest> request, size_t slot) {
+  if (retired()) {
+    request->Fail(retired_);
+    return;
+  }
   if (served_version() >= min_version) {
     request->CompleteItem(slot, Snapshot(format));
     return;
@@ -567,6 +575,17 @@ void Partition::FailWaiters(const absl::Status& status) {
   std::vector<Waiter> waiters = std::move(waiters_);
   waiters_.clear();
   for (Waiter& w : waiters) w.request->Fail(status);
+}
+
+void Partition::Retire(absl::Status why) {
+  if (retired()) return;
+  retired_ = std::move(why);
+  checkpoint_at_.clear();
+  steps_.clear();
+  unsent_.clear();
+  // A copy to a new backup in progress: nothing is left to copy.
+  if (copied_) std::exchange(copied_, nullptr)(true);
+  FailWaiters(retired_);
 }
 
 }  // namespace hetps::server

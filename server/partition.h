@@ -191,6 +191,12 @@ class Partition {
   std::string DescribeWait(uint64_t min_version) const;
   // Fails every waiting pull with `status` (shutdown).
   void FailWaiters(const absl::Status& status);
+  // The partition's tensor was dropped: waiting requests fail with `why`, and so does every
+  // later push, pull, acknowledgement, state write or schedule change; replicated changes and
+  // checkpoints of it are ignored from now on. Its memory goes with the last holder of its
+  // tensor (TensorRef).
+  void Retire(absl::Status why);
+  bool retired() const { return !retired_.ok(); }
 
   WeightsSnapshot Snapshot(FloatFormat format);
 
@@ -279,6 +285,7 @@ class Partition {
   void WakeWaiters();
 
   const Config config_;
+  absl::Status retired_;  // OK until Retire
   std::atomic<bool> backup_;
   bool replicating_;
   std::shared_ptr<AlignedBuffer> weights_;

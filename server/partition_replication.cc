@@ -14,6 +14,10 @@ namespace hetps::server {
 
 void Partition::AckWhenReplicated(uint64_t min_version, std::shared_ptr<PendingRequest> request,
                                   size_t slot) {
+  if (retired()) {
+    request->Fail(retired_);
+    return;
+  }
   // Unreplicated, a push is acknowledged once taken (BSP: held for its step).
   if (!replicated() || (served_version() >= min_version && changes_replicated_ >= changes_made_)) {
     request->CompleteItem(slot);
@@ -91,6 +95,10 @@ void Partition::Promote() {
 
 void Partition::StartReplica(hetps::v1::ReplicatedChange meta,
                              absl::AnyInvocable<void(bool)> copied) {
+  if (retired()) {
+    copied(true);  // nothing to copy: the backup drops it too
+    return;
+  }
   if (replicating_ || is_backup() || !config_.replicate) {
     copied(replicating_);  // already replicated: its changes go to the backup
     return;
@@ -132,6 +140,7 @@ absl::Status Partition::LoadSnapshot(
     const hetps::v1::ReplicatedChange& snapshot,
     std::vector<std::pair<uint64_t, std::shared_ptr<const Optimizer>>> schedule,
     const transport::Payload& bytes) {
+  if (retired()) return absl::OkStatus();
   if (!is_backup()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d is served by this shard: it takes no snapshot", config_.index));
@@ -166,6 +175,7 @@ absl::Status Partition::LoadSnapshot(
 
 absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& change,
                                         transport::Payload bytes) {
+  if (retired()) return absl::OkStatus();  // dropped here first: the primary drops it too
   if (!is_backup()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d was taken over by this shard: it takes no changes from its old primary",

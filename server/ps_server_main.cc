@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   const absl::Time end =
       lifetime_s > 0 ? absl::Now() + absl::Seconds(lifetime_s) : absl::InfiniteFuture();
   while (true) {
-    const timespec tick = {1, 0};
+    const timespec tick = {0, 200'000'000};
     const int signal = sigtimedwait(&signals, nullptr, &tick);
     if (signal == SIGHUP) {
       // What daemons do on SIGHUP is reopen their logs; ours go to stderr, which the service
@@ -300,9 +300,14 @@ int main(int argc, char** argv) {
       hetps::LogInfo("ps-server: SIGHUP: logs go to stderr, nothing to reopen; still serving");
       continue;
     }
-    if (signal == SIGINT || signal == SIGTERM) {
-      hetps::LogInfo("ps-server: signal %d, shutting down", signal);
-      if (signal == SIGTERM && !options.checkpoint_dir.empty()) {
+    const bool asked = (*server)->stop_requested();
+    if (signal == SIGINT || signal == SIGTERM || asked) {
+      if (asked) {
+        hetps::LogInfo("ps-server: stop asked for (ps-ctl stop), shutting down");
+      } else {
+        hetps::LogInfo("ps-server: signal %d, shutting down", signal);
+      }
+      if ((signal == SIGTERM || asked) && !options.checkpoint_dir.empty()) {
         // A service manager stopping the job: keep what was trained, if it is between steps.
         const absl::Status saved = (*server)->CheckpointNow(absl::Seconds(60));
         if (saved.ok()) {

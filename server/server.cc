@@ -170,6 +170,8 @@ std::string ShardServer::address() const { return listener_->address(); }
 
 hetps::v1::StatsResponse ShardServer::Stats() const { return shard_->Stats(); }
 
+bool ShardServer::stop_requested() const { return shard_->stop_requested(); }
+
 uint64_t ShardServer::resume_step() const { return shard_->resume_step(); }
 
 uint64_t ShardServer::last_checkpoint() const { return shard_->last_checkpoint(); }

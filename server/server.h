@@ -127,6 +127,8 @@ class ShardServer {
   // The metrics endpoint's address (with the chosen port); empty without one.
   std::string metrics_address() const;
   hetps::v1::StatsResponse Stats() const;
+  // An operator's client asked the shard to stop (ps-ctl stop): stop it as on SIGTERM.
+  bool stop_requested() const;
   // The step of the restored checkpoint (0: started empty), and the newest checkpoint step of
   // which this shard's part is durable (0: none).
   uint64_t resume_step() const;

@@ -185,6 +185,12 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
     case hetps::v1::METHOD_REPLICATE:
       Replicate(std::move(request), std::move(reply));
       return;
+    case hetps::v1::METHOD_DROP:
+      Drop(std::move(request), std::move(reply));
+      return;
+    case hetps::v1::METHOD_STOP:
+      RequestStop(std::move(request), std::move(reply));
+      return;
     case hetps::v1::METHOD_PUSH:
     case hetps::v1::METHOD_PULL:
     case hetps::v1::METHOD_PUSH_PULL:
@@ -250,12 +256,13 @@ absl::Status Shard::CheckHello(const hetps::v1::HelloRequest& hello) const {
         absl::StrFormat("client belongs to job '%s'; this server serves job '%s'", hello.job_id(),
                         options_.job_id));
   }
-  if (hello.world_size() != options_.num_workers) {
+  // An operator's tool is not one of the job's workers.
+  if (!hello.admin() && hello.world_size() != options_.num_workers) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "client says the job has %d workers; this server was started for %d (--num_workers)",
         hello.world_size(), options_.num_workers));
   }
-  HETPS_RETURN_IF_ERROR(CheckRank(hello.worker_rank()));
+  if (!hello.admin()) HETPS_RETURN_IF_ERROR(CheckRank(hello.worker_rank()));
   if (hello.incarnation() == 0) {
     return absl::InvalidArgumentError("hello: the client names no run (incarnation)");
   }
@@ -294,6 +301,10 @@ absl::Status Shard::Admit(const transport::ConnectionInfo& connection) {
   if (hello.peer_shard() == 0) {
     HETPS_RETURN_IF_ERROR(CheckHello(hello));
     absl::MutexLock lock(&connections_mu_);
+    if (hello.admin()) {
+      admin_connections_.insert(connection.id);
+      return absl::OkStatus();
+    }
     worker_connections_[connection.id] = hello.worker_rank();
     return absl::OkStatus();
   }
@@ -308,6 +319,7 @@ void Shard::Disconnected(uint64_t connection_id) {
     absl::MutexLock lock(&connections_mu_);
     peer_connections_.erase(connection_id);
     worker_connections_.erase(connection_id);
+    admin_connections_.erase(connection_id);
   }
   waiting_.FailAll(connection_id, absl::CancelledError("the client disconnected"));
 }
@@ -316,7 +328,8 @@ absl::StatusOr<transport::Response> Shard::Hello(const transport::Request& reque
   HETPS_ASSIGN_OR_RETURN(auto hello, ParseHeader<hetps::v1::HelloRequest>(request.header));
   HETPS_RETURN_IF_ERROR(CheckHello(hello));
   // A new run of this rank takes it over: requests of the one before are refused from now on.
-  const uint64_t previous = runs_[hello.worker_rank()].exchange(hello.incarnation());
+  const uint64_t previous =
+      hello.admin() ? 0 : runs_[hello.worker_rank()].exchange(hello.incarnation());
   if (previous != 0 && previous != hello.incarnation()) {
     LogWarning(
         "shard %d: worker %d is now run %016x, which replaces run %016x (a restart, or "
@@ -357,10 +370,10 @@ void Shard::DeclareNow(transport::Request request, transport::ReplyCallback repl
     return;
   }
   const hetps::v1::TensorDecl& decl = declare->tensor();
-  const Tensor* tensor = table_.Find(decl.key());
+  TensorRef tensor = table_.Find(decl.key());
   bool created = false;
   if (tensor == nullptr) {
-    absl::StatusOr<std::pair<const Tensor*, bool>> inserted = CreateTensor(decl);
+    absl::StatusOr<std::pair<TensorRef, bool>> inserted = CreateTensor(decl);
     if (!inserted.ok()) {
       reply(inserted.status());
       return;
@@ -409,7 +422,8 @@ void Shard::DeclareNow(transport::Request request, transport::ReplyCallback repl
   for (size_t slot = 0; slot < values->size(); ++slot) {
     DataItem& item = (*values)[slot];
     const bool posted = owners_[item.partition->owner()]->Post(
-        [pending, slot, partition = item.partition, payload = std::move(item.gradient)] {
+        [pending, slot, tensor = item.tensor, partition = item.partition,
+         payload = std::move(item.gradient)] {
           partition->SetInitialValues(payload);
           pending->CompleteItem(slot);
         });
@@ -475,8 +489,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(
   return ResolveItems(items, &values, /*backups=*/true);
 }
 
-absl::StatusOr<std::pair<const Tensor*, bool>> Shard::CreateTensor(
-    const hetps::v1::TensorDecl& decl) {
+absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::TensorDecl& decl) {
   HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
                          PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
   HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
@@ -487,10 +500,17 @@ absl::StatusOr<std::pair<const Tensor*, bool>> Shard::CreateTensor(
     ReleaseMemory(reserved);
     return built.status();
   }
-  std::pair<const Tensor*, bool> inserted = table_.Insert(*std::move(built));
+  (*built)->reserved_bytes = reserved;
+  std::pair<TensorRef, bool> inserted = table_.Insert(*std::move(built));
   if (!inserted.second) {
     ReleaseMemory(reserved);  // another worker's declaration came first
-  } else if (decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
+    return inserted;
+  }
+  {
+    absl::MutexLock lock(&dropped_mu_);
+    dropped_keys_.erase(decl.key());
+  }
+  if (decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
     const ShardShare share =
         ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
     bsp_partitions_.fetch_add(share.partitions);
@@ -542,8 +562,10 @@ absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup)
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
     if (replication_on_) {
       // Backups too: one taken over replicates to a shard that rejoins.
-      config.replicate = [this](Partition& partition, std::vector<ReplicatedChange> changes) {
-        SendToBackup(partition, std::move(changes));
+      // A partition changes only while something holds its tensor (shared_from_this works).
+      config.replicate = [this, owner = &tensor](Partition& partition,
+                                                 std::vector<ReplicatedChange> changes) {
+        SendToBackup(owner->shared_from_this(), partition, std::move(changes));
       };
       config.replicating = replica_target_[shard].load() >= 0;
     }

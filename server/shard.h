@@ -119,6 +119,9 @@ class Shard final : public transport::RequestHandler {
   void Stop();
 
   hetps::v1::StatsResponse Stats() const;
+  // An operator's client asked the shard to stop (METHOD_STOP): its process should stop it as
+  // on SIGTERM.
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_acquire); }
   // Everything an operator watches, in Prometheus' text format (server/shard_metrics.cc).
   std::string RenderMetrics() const;
   // Whether the shard serves (readiness): not stopping, and with etcd, holding its lease and
@@ -158,7 +161,7 @@ class Shard final : public transport::RequestHandler {
   };
   struct DataItem {
     Partition* partition = nullptr;
-    const Tensor* tensor = nullptr;
+    TensorRef tensor;  // keeps `partition` alive
     hetps::v1::PartitionItem meta;
     FloatFormat format = FloatFormat::kFp32;       // of the item's bytes on the wire
     FloatFormat pull_format = FloatFormat::kFp32;  // of the weights sent back
@@ -188,6 +191,14 @@ class Shard final : public transport::RequestHandler {
   void ReadState(transport::Request request, transport::ReplyCallback reply);
   void WriteState(transport::Request request, transport::ReplyCallback reply);
   void Checkpoint(transport::Request request, transport::ReplyCallback reply);
+  // (server/shard_lifecycle.cc) Removes tensors; DropNow on the declaring thread.
+  void Drop(transport::Request request, transport::ReplyCallback reply);
+  void DropNow(const std::vector<uint64_t>& keys, transport::ReplyCallback reply);
+  // An operator's client asks the shard to stop (the process polls stop_requested()).
+  void RequestStop(transport::Request request, transport::ReplyCallback reply);
+  // Whether a tensor of that key was dropped here (a backup ignores its primary's changes to
+  // it until the primary has dropped it too).
+  bool WasDropped(uint64_t tensor_key) const;
   // Backup side of replication (server/shard_replica.cc): applies a batch of the primary's
   // changes, on a connection its primary opened.
   void Replicate(transport::Request request, transport::ReplyCallback reply);
@@ -236,7 +247,8 @@ class Shard final : public transport::RequestHandler {
   absl::Status AwaitOutcome(const std::shared_ptr<void>& awaited, const std::string& what);
   // From any thread: the backup of `group` failed (ForgetBackup follows on the watcher).
   void ReportBackupLost(uint32_t group, uint32_t backup);
-  void ForEachPartitionOfGroup(uint32_t group, absl::FunctionRef<void(Partition*)> f);
+  void ForEachPartitionOfGroup(uint32_t group,
+                               absl::FunctionRef<void(const TensorRef&, Partition*)> f);
   // The replicator that sends to shard `backup` (made on first use), and its retirement once
   // that shard is gone (a new one connects afresh to its next run).
   Replicator* ReplicatorFor(uint32_t backup);
@@ -247,7 +259,7 @@ class Shard final : public transport::RequestHandler {
   // lease is held. Unavailable, saying why, once it is not.
   absl::Status CheckLease() const;
   // This shard's partitions of BSP tensors (what checkpoints hold), with their tensor keys.
-  std::vector<std::pair<uint64_t, Partition*>> CheckpointedPartitions() const;
+  std::vector<std::pair<TensorRef, Partition*>> CheckpointedPartitions() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
   // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)
@@ -269,23 +281,23 @@ class Shard final : public transport::RequestHandler {
   // The tensor and this shard's partition that a request names: NotFound, OutOfRange, or
   // FailedPrecondition for a partition of another shard (or one this shard only backs up,
   // unless `backup` allows it).
-  absl::StatusOr<std::pair<const Tensor*, Partition*>> LocatePartition(uint64_t tensor_key,
-                                                                       uint32_t partition,
-                                                                       bool backup = false) const;
+  absl::StatusOr<std::pair<TensorRef, Partition*>> LocatePartition(uint64_t tensor_key,
+                                                                   uint32_t partition,
+                                                                   bool backup = false) const;
   // CheckRank(rank) and CheckStateRun(shard_incarnation), then LocatePartition.
   // With `backup`, the backup copy this shard keeps (FailedPrecondition if it keeps none).
-  absl::StatusOr<std::pair<const Tensor*, Partition*>> LocateForWorker(uint32_t rank,
-                                                                       uint64_t shard_incarnation,
-                                                                       uint64_t tensor_key,
-                                                                       uint32_t partition,
-                                                                       bool backup = false) const;
+  absl::StatusOr<std::pair<TensorRef, Partition*>> LocateForWorker(uint32_t rank,
+                                                                   uint64_t shard_incarnation,
+                                                                   uint64_t tensor_key,
+                                                                   uint32_t partition,
+                                                                   bool backup = false) const;
   // Looks up and checks a request's items; with `gradients`, also cuts the payload into them.
   absl::StatusOr<std::vector<DataItem>> ResolveItems(
       const google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items,
       const transport::Payload* gradients, bool backups = false) const;
   // Builds and publishes a tensor not declared yet; the bool: whether it was this one (another
   // worker's declaration may have come first).
-  absl::StatusOr<std::pair<const Tensor*, bool>> CreateTensor(const hetps::v1::TensorDecl& decl);
+  absl::StatusOr<std::pair<TensorRef, bool>> CreateTensor(const hetps::v1::TensorDecl& decl);
   absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl,
                                                       const PartitionLayout& layout,
                                                       std::shared_ptr<Optimizer> optimizer);
@@ -293,7 +305,7 @@ class Shard final : public transport::RequestHandler {
   absl::Status BuildPartitions(Tensor& tensor, uint32_t shard, bool backup);
   // Sends a primary partition's changes to its group's backup; Replicated() follows on its
   // owner thread.
-  void SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes);
+  void SendToBackup(TensorRef tensor, Partition& partition, std::vector<ReplicatedChange> changes);
   // Sets aside the memory a new tensor's partitions on this shard will take, or says why not.
   absl::StatusOr<uint64_t> ReserveMemory(const hetps::v1::TensorDecl& decl,
                                          const PartitionLayout& layout, const Optimizer& optimizer);
@@ -350,6 +362,8 @@ class Shard final : public transport::RequestHandler {
   mutable absl::Mutex connections_mu_;
   absl::flat_hash_map<uint64_t, uint32_t> peer_connections_ ABSL_GUARDED_BY(connections_mu_);
   absl::flat_hash_map<uint64_t, uint32_t> worker_connections_ ABSL_GUARDED_BY(connections_mu_);
+  absl::flat_hash_set<uint64_t> admin_connections_ ABSL_GUARDED_BY(connections_mu_);
+  std::atomic<bool> stop_requested_{false};
   std::atomic<size_t> next_owner_{0};
   // Zero bytes that echo replies are cut from, grown to the largest size asked for.
   absl::Mutex zeros_mu_;
@@ -358,6 +372,8 @@ class Shard final : public transport::RequestHandler {
   std::atomic<bool> serving_{false};  // registered: listening, and in etcd if replicated
   // Each rank's current run (incarnation; 0: none seen yet).
   const std::unique_ptr<std::atomic<uint64_t>[]> runs_;
+  mutable absl::Mutex dropped_mu_;
+  absl::flat_hash_set<uint64_t> dropped_keys_ ABSL_GUARDED_BY(dropped_mu_);
   mutable absl::Mutex memory_mu_;
   uint64_t reserved_bytes_ ABSL_GUARDED_BY(memory_mu_) = 0;
 };

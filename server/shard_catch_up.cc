@@ -86,7 +86,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
   size_t copied = 0;
   for (bool more = true; more;) {
     more = false;
-    std::vector<std::pair<const Tensor*, Partition*>> partitions;
+    std::vector<std::pair<TensorRef, Partition*>> partitions;
     table_.ForEach([&](const Tensor& tensor) {
       for (const auto& partition : tensor.partitions) {
         // Backups too: one just taken over may not be promoted yet (it refuses the copy, and the
@@ -95,7 +95,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
             ShardOfPartition(tensor.decl.key(), partition->index(), options_.num_shards) != group) {
           continue;
         }
-        partitions.emplace_back(&tensor, partition.get());
+        partitions.emplace_back(tensor.shared_from_this(), partition.get());
       }
     });
     // The tensors first, before any partition waits for the backup: a large one takes a
@@ -159,13 +159,14 @@ absl::StatusOr<bool> Shard::CopyPartition(const Tensor& tensor, Partition& parti
   Partition* p = &partition;
   hetps::v1::ReplicatedChange meta =
       TensorChange(tensor, hetps::v1::CHANGE_KIND_SNAPSHOT, partition.index());
-  const bool posted = owners_[p->owner()]->Post([p, outcome, meta = std::move(meta)]() mutable {
-    {
-      absl::MutexLock lock(&outcome->mu);
-      outcome->sent = !p->replicated();
-    }
-    p->StartReplica(std::move(meta), [outcome](bool copied) { outcome->Set(copied); });
-  });
+  const bool posted = owners_[p->owner()]->Post(
+      [held = tensor.shared_from_this(), p, outcome, meta = std::move(meta)]() mutable {
+        {
+          absl::MutexLock lock(&outcome->mu);
+          outcome->sent = !p->replicated();
+        }
+        p->StartReplica(std::move(meta), [outcome](bool copied) { outcome->Set(copied); });
+      });
   if (!posted) return absl::CancelledError("the shard is stopping");
   HETPS_RETURN_IF_ERROR(AwaitOutcome(
       outcome, absl::StrFormat("partition %d of tensor '%s'", p->index(), tensor.decl.name())));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -45,7 +46,7 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
       return absl::DataLossError(
           absl::StrFormat("%s: tensor '%s': %s", part.path, decl.name(), why));
     };
-    absl::StatusOr<std::pair<const Tensor*, bool>> created = CreateTensor(decl);
+    absl::StatusOr<std::pair<TensorRef, bool>> created = CreateTensor(decl);
     if (!created.ok()) return refuse(std::string(created.status().message()));
     const Tensor& tensor = *created->first;
     // The hyperparameter schedule first: a partition takes changes only up to its version.
@@ -77,9 +78,9 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
       ++restored;
     }
     // This shard's own (replicated, it also keeps copies of the previous shard's).
-    const size_t owned = ShareOfShard(tensor.layout, decl.key(), options_.num_shards,
-                                      options_.shard_index)
-                             .partitions;
+    const size_t owned =
+        ShareOfShard(tensor.layout, decl.key(), options_.num_shards, options_.shard_index)
+            .partitions;
     if (restored != owned) {
       return refuse(
           absl::StrFormat("the part holds %d of this shard's %d partitions", restored, owned));
@@ -118,13 +119,13 @@ class ReplyOnce {
 
 }  // namespace
 
-std::vector<std::pair<uint64_t, Partition*>> Shard::CheckpointedPartitions() const {
-  std::vector<std::pair<uint64_t, Partition*>> partitions;
+std::vector<std::pair<TensorRef, Partition*>> Shard::CheckpointedPartitions() const {
+  std::vector<std::pair<TensorRef, Partition*>> partitions;
   table_.ForEach([&](const Tensor& tensor) {
     if (tensor.decl.sync_mode() != hetps::v1::SYNC_MODE_BSP) return;
     for (const auto& partition : tensor.partitions) {
       if (partition != nullptr && !partition->is_backup()) {
-        partitions.emplace_back(tensor.decl.key(), partition.get());
+        partitions.emplace_back(tensor.shared_from_this(), partition.get());
       }
     }
   });
@@ -148,7 +149,7 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
     reply(status);
     return;
   }
-  const std::vector<std::pair<uint64_t, Partition*>> partitions = CheckpointedPartitions();
+  const std::vector<std::pair<TensorRef, Partition*>> partitions = CheckpointedPartitions();
   if (partitions.empty()) {  // this shard has no part to write
     reply(HeaderResponse(hetps::v1::CheckpointResponse()));
     return;
@@ -172,8 +173,8 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
       (*once)(durable);
     }
   });
-  for (const auto& [key, partition] : partitions) {
-    owners_[partition->owner()]->Post([partition = partition, step, once] {
+  for (const auto& [tensor, partition] : partitions) {
+    owners_[partition->owner()]->Post([tensor = tensor, partition = partition, step, once] {
       absl::Status asked = partition->CheckpointAt(step);
       if (!asked.ok()) (*once)(asked);
     });
@@ -182,25 +183,29 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
 
 absl::Status Shard::CheckpointNow(absl::Time deadline) {
   if (checkpoints_ == nullptr) return absl::OkStatus();
-  const std::vector<std::pair<uint64_t, Partition*>> partitions = CheckpointedPartitions();
+  const std::vector<std::pair<TensorRef, Partition*>> partitions = CheckpointedPartitions();
   if (partitions.empty()) return absl::OkStatus();
   struct Gathered {
     absl::Mutex mu;
     CheckpointWriter::Copies copies ABSL_GUARDED_BY(mu);
+    size_t answered ABSL_GUARDED_BY(mu) = 0;
   };
   auto gathered = std::make_shared<Gathered>();
-  for (const auto& [key, partition] : partitions) {
-    owners_[partition->owner()]->Post([gathered, key = key, partition = partition] {
-      PartitionCopy copy = partition->Capture();
+  for (const auto& [tensor, partition] : partitions) {
+    owners_[partition->owner()]->Post([gathered, tensor = tensor, partition = partition] {
+      // A partition of a tensor dropped meanwhile is left out.
+      std::optional<PartitionCopy> copy;
+      if (!partition->retired()) copy = partition->Capture();
       absl::MutexLock lock(&gathered->mu);
-      gathered->copies.emplace_back(key, std::move(copy));
+      ++gathered->answered;
+      if (copy.has_value()) gathered->copies.emplace_back(tensor->decl.key(), *std::move(copy));
     });
   }
   CheckpointWriter::Copies copies;
   {
     absl::MutexLock lock(&gathered->mu);
     auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gathered->mu) {
-      return gathered->copies.size() == partitions.size();
+      return gathered->answered == partitions.size();
     };
     if (!gathered->mu.AwaitWithDeadline(absl::Condition(&all), deadline)) {
       return absl::DeadlineExceededError("the partitions' owner threads did not answer in time");
@@ -218,7 +223,7 @@ absl::Status Shard::CheckpointNow(absl::Time deadline) {
         "the current state (the newest stays step %d)",
         lowest, highest, last_checkpoint()));
   }
-  if (highest == 0) return absl::OkStatus();  // nothing trained yet
+  if (copies.empty() || highest == 0) return absl::OkStatus();  // nothing (trained) to keep
   return checkpoints_->WriteNow(highest, std::move(copies));
 }
 

@@ -39,7 +39,7 @@ void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback re
   absl::Status status = change.status();
   if (status.ok()) status = CheckRank(change->worker_rank());
   if (status.ok()) status = CheckStateRun(change->shard_incarnation());
-  const Tensor* tensor = status.ok() ? table_.Find(change->tensor_key()) : nullptr;
+  TensorRef tensor = status.ok() ? table_.Find(change->tensor_key()) : nullptr;
   if (status.ok() && tensor == nullptr) {
     status = absl::NotFoundError(
         absl::StrFormat("no tensor with key %016x is declared", change->tensor_key()));
@@ -84,7 +84,7 @@ void Shard::SetOptimizer(transport::Request request, transport::ReplyCallback re
   for (size_t slot = 0; slot < partitions.size(); ++slot) {
     Partition* partition = partitions[slot];
     const bool posted = owners_[partition->owner()]->Post(
-        [pending, slot, partition, optimizer, from = change->from_version()] {
+        [pending, slot, tensor, partition, optimizer, from = change->from_version()] {
           absl::Status rescheduled = partition->Reschedule(from, optimizer);
           if (!rescheduled.ok()) {
             pending->Fail(rescheduled);
@@ -201,6 +201,7 @@ hetps::v1::StatsResponse Shard::Stats() const {
   stats.set_payload_bytes_sent(metrics_->payload_bytes_sent.load());
   stats.set_failed_requests(metrics_->failed_requests.load());
   stats.set_pushes_refused(metrics_->pushes_refused.load());
+  stats.set_tensors_dropped(metrics_->tensors_dropped.load());
   stats.set_requests_waiting(
       static_cast<uint64_t>(std::max<int64_t>(0, metrics_->requests_waiting.load())));
   stats.set_checkpoints_waiting(

@@ -26,10 +26,10 @@ uint64_t PushPullVersion(const Tensor& tensor, uint64_t step) {
 
 }  // namespace
 
-absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocatePartition(uint64_t tensor_key,
-                                                                            uint32_t index,
-                                                                            bool backup) const {
-  const Tensor* tensor = table_.Find(tensor_key);
+absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocatePartition(uint64_t tensor_key,
+                                                                        uint32_t index,
+                                                                        bool backup) const {
+  TensorRef tensor = table_.Find(tensor_key);
   if (tensor == nullptr) {
     // A shard that rejoined has not seen the job's declarations: a partition placed on it is
     // served by the shard that took it over.

@@ -240,8 +240,9 @@ void Shard::TakeOver(uint32_t group, const GroupRecord& record) {
       options_.shard_index, record.server, group, next.epoch);
   group_server_[group].store(options_.shard_index);
   replica_target_[group].store(-1);
-  ForEachPartitionOfGroup(
-      group, [this](Partition* p) { owners_[p->owner()]->Post([p] { p->Promote(); }); });
+  ForEachPartitionOfGroup(group, [this](const TensorRef& tensor, Partition* p) {
+    owners_[p->owner()]->Post([tensor, p] { p->Promote(); });
+  });
 }
 
 void Shard::ForgetBackup(uint32_t group, uint32_t backup) {
@@ -270,16 +271,19 @@ void Shard::ForgetBackup(uint32_t group, uint32_t backup) {
   backup_lease_seen_[group] = 0;
   if (replica_target_[group].exchange(-1) < 0) return;
   RetireReplicator(backup);
-  ForEachPartitionOfGroup(
-      group, [this](Partition* p) { owners_[p->owner()]->Post([p] { p->DropBackup(); }); });
+  ForEachPartitionOfGroup(group, [this](const TensorRef& tensor, Partition* p) {
+    owners_[p->owner()]->Post([tensor, p] { p->DropBackup(); });
+  });
 }
 
-void Shard::ForEachPartitionOfGroup(uint32_t group, absl::FunctionRef<void(Partition*)> f) {
+void Shard::ForEachPartitionOfGroup(uint32_t group,
+                                    absl::FunctionRef<void(const TensorRef&, Partition*)> f) {
   table_.ForEach([&](const Tensor& tensor) {
+    const TensorRef held = tensor.shared_from_this();
     for (const auto& partition : tensor.partitions) {
       if (partition != nullptr &&
           ShardOfPartition(tensor.decl.key(), partition->index(), options_.num_shards) == group) {
-        f(partition.get());
+        f(held, partition.get());
       }
     }
   });

@@ -117,6 +117,9 @@ std::string Shard::RenderMetrics() const {
              "Push items answered with an error without being applied (an ASP push older than "
              "the replay window, a BSP step of another run).");
   out.Sample("hetps_shard_pushes_refused_total", {}, static_cast<double>(stats.pushes_refused()));
+  out.Family("hetps_shard_tensors_dropped_total", "counter",
+             "Tensors dropped (Client::Drop, ps-ctl drop) since the shard started.");
+  out.Sample("hetps_shard_tensors_dropped_total", {}, static_cast<double>(stats.tensors_dropped()));
 
   out.Family("hetps_shard_requests_waiting", "gauge",
              "Requests waiting now for a partition version (pulls of a step that other workers "

@@ -86,17 +86,20 @@ bool Shard::ServesGroup(uint32_t peer, uint32_t group) {
   return record->server == peer;
 }
 
-void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> changes) {
+void Shard::SendToBackup(TensorRef tensor, Partition& partition,
+                         std::vector<ReplicatedChange> changes) {
   const uint32_t group =
       ShardOfPartition(changes.front().meta.tensor_key(), partition.index(), options_.num_shards);
   const int32_t backup = replica_target_[group].load();
   if (backup < 0) {
     // Its backup was forgotten (etcd names none) before this change was sent.
-    owners_[partition.owner()]->RunHereOrPost([&partition] { partition.DropBackup(); });
+    owners_[partition.owner()]->RunHereOrPost(
+        [tensor = std::move(tensor), &partition] { partition.DropBackup(); });
     return;
   }
   ReplicatorFor(static_cast<uint32_t>(backup))
-      ->Send(std::move(changes), [this, &partition, group, backup](absl::Status status) {
+      ->Send(std::move(changes), [this, tensor = std::move(tensor), &partition, group,
+                                  backup](absl::Status status) {
         if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
           // The backup is gone (its lease ended) or lost its copies: once etcd names no backup,
           // the group goes on without one rather than stall (the watcher does both).
@@ -108,7 +111,7 @@ void Shard::SendToBackup(Partition& partition, std::vector<ReplicatedChange> cha
         // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
         // (its waiting requests end at their deadlines, saying why).
         if (!CheckLease().ok()) return;
-        owners_[partition.owner()]->RunHereOrPost([&partition] { partition.Replicated(); });
+        owners_[partition.owner()]->RunHereOrPost([tensor, &partition] { partition.Replicated(); });
       });
 }
 
@@ -163,7 +166,8 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
   // Checked whole first: each change's partition must be a backup here, its bytes in the
   // payload.
   struct Item {
-    int change;  // its index in the request
+    int change;        // its index in the request
+    TensorRef tensor;  // keeps `partition` alive
     Partition* partition;
     transport::Payload bytes;
     Schedule schedule;  // snapshots
@@ -183,6 +187,18 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
       return;
     }
     changes_received_[group].store(true, std::memory_order_relaxed);
+    if (change.num_bytes() > request.payload.size() - offset) {
+      reply(absl::InvalidArgumentError("the payload ends before the changes' bytes do"));
+      return;
+    }
+    // Dropped here before its primary dropped it (a drop reaches the shards one by one): what
+    // the primary still sends of it is taken and ignored, never declared again.
+    const bool declares = change.kind() == hetps::v1::CHANGE_KIND_DECLARE ||
+                          change.kind() == hetps::v1::CHANGE_KIND_SNAPSHOT;
+    if (declares && WasDropped(change.tensor_key())) {
+      offset += change.num_bytes();
+      continue;
+    }
     if (change.kind() == hetps::v1::CHANGE_KIND_DECLARE) {
       // A rejoining shard learns a tensor before its partitions' snapshots: created (seconds
       // for gigabytes) on the declaring thread, as workers' declarations are.
@@ -209,19 +225,19 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
         return;
       }
     }
-    absl::StatusOr<std::pair<const Tensor*, Partition*>> located =
+    absl::StatusOr<std::pair<TensorRef, Partition*>> located =
         LocatePartition(change.tensor_key(), change.partition(), /*backup=*/true);
     if (located.ok() && !located->second->is_backup()) {
       located = absl::FailedPreconditionError(absl::StrFormat(
           "shard %d serves partition %d of tensor '%s' itself: it is not a backup here",
           options_.shard_index, change.partition(), located->first->decl.name()));
     }
+    if (!located.ok() && absl::IsNotFound(located.status()) && WasDropped(change.tensor_key())) {
+      offset += change.num_bytes();
+      continue;
+    }
     if (!located.ok()) {
       reply(located.status());
-      return;
-    }
-    if (change.num_bytes() > request.payload.size() - offset) {
-      reply(absl::InvalidArgumentError("the payload ends before the changes' bytes do"));
       return;
     }
     Schedule schedule;
@@ -233,7 +249,8 @@ void Shard::Replicate(transport::Request request, transport::ReplyCallback reply
       }
       schedule = *std::move(rules);
     }
-    items.push_back(Item{c, located->second, request.payload.Subrange(offset, change.num_bytes()),
+    items.push_back(Item{c, located->first, located->second,
+                         request.payload.Subrange(offset, change.num_bytes()),
                          std::move(schedule)});
     offset += change.num_bytes();
   }

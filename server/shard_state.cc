@@ -26,9 +26,11 @@ void RunOnOwner(TaskThread& owner, uint32_t shard_index, transport::ReplyCallbac
 
 }  // namespace
 
-absl::StatusOr<std::pair<const Tensor*, Partition*>> Shard::LocateForWorker(
-    uint32_t rank, uint64_t shard_incarnation, uint64_t tensor_key, uint32_t partition,
-    bool backup) const {
+absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocateForWorker(uint32_t rank,
+                                                                        uint64_t shard_incarnation,
+                                                                        uint64_t tensor_key,
+                                                                        uint32_t partition,
+                                                                        bool backup) const {
   HETPS_RETURN_IF_ERROR(CheckRank(rank));
   HETPS_RETURN_IF_ERROR(CheckStateRun(shard_incarnation));
   if (backup && !replication_on_) {
@@ -58,7 +60,7 @@ void Shard::ReadState(transport::Request request, transport::ReplyCallback reply
   }
   Partition* partition = located->second;
   RunOnOwner(*owners_[partition->owner()], options_.shard_index, std::move(reply),
-             [partition](transport::ReplyCallback& reply) {
+             [tensor = located->first, partition](transport::ReplyCallback& reply) {
                transport::Response response;
                uint64_t version = 0;
                response.payload = partition->ReadState(&version);
@@ -95,7 +97,8 @@ void Shard::WriteState(transport::Request request, transport::ReplyCallback repl
       metrics_, hetps::v1::WriteStateResponse().SerializeAsString());
   pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait);
   const bool posted = owners_[partition->owner()]->Post(
-      [pending, partition, version = write->version(), state = std::move(request.payload)] {
+      [pending, tensor = tensor, partition = partition, version = write->version(),
+       state = std::move(request.payload)] {
         absl::Status written = partition->WriteState(version, state);
         if (!written.ok()) {
           pending->Fail(written);

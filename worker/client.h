@@ -164,6 +164,12 @@ struct TensorState {
   std::vector<std::vector<float>> slots;
 };
 
+// What a drop removed.
+struct DropResult {
+  uint32_t tensors = 0;         // tensors that some shard held (the most any one held)
+  uint64_t released_bytes = 0;  // tensor memory given back, summed over the shards
+};
+
 class Client {
  public:
   // Connects to every shard and checks that they agree with `options` (protocol version, job,
@@ -256,6 +262,23 @@ class Client {
   // partition has passed, or for shards without --checkpoint_dir; DeadlineExceeded (after
   // call_timeout) if the workers do not reach the step. Blocking.
   virtual absl::Status Checkpoint(uint64_t step) = 0;
+
+  // Removes tensors from every shard (weights, optimizer state and backup copies), so that a
+  // long-lived pool of shards serves job after job: call it when the job is done with them (one
+  // worker's call is enough), or from an operator's client (ClientOptions::admin). Any worker's
+  // requests on them fail with NotFound from then on, including those in flight or waiting;
+  // the names may be declared again afterwards, with another spec. A name the shards do not
+  // hold is not an error. Unavailable if a shard cannot be reached (what the others dropped
+  // stays dropped; call it again). Blocking.
+  virtual absl::StatusOr<DropResult> Drop(absl::Span<const std::string> names) = 0;
+  // Drops every tensor of the job on every shard, whoever declared it.
+  virtual absl::StatusOr<DropResult> DropAll() = 0;
+
+  // Operators' tools (ClientOptions::admin) only: asks shard `shard` to stop as on SIGTERM
+  // (checkpoint if it keeps them, its etcd lease ended so that a backup takes over at once,
+  // exit). PermissionDenied from a worker's client; OutOfRange for a shard index not in the
+  // list. Returns once the shard has taken the request, not when its process has ended.
+  virtual absl::Status StopShard(uint32_t shard) = 0;
 
   // Figures of every shard, in shard-index order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;

@@ -74,6 +74,12 @@ struct DeclaredTensor {
   FloatFormat pull_format;
 };
 
+bool SameDeclaration(const DeclaredTensor& a, const DeclaredTensor& b) {
+  return a.num_elements == b.num_elements &&
+         a.layout.max_partition_elements() == b.layout.max_partition_elements() &&
+         a.push_format == b.push_format && a.pull_format == b.pull_format;
+}
+
 // The partitions a PartitionSpan selects, and where their elements begin.
 struct PartitionRun {
   uint32_t first = 0;
@@ -156,6 +162,9 @@ class ClientImpl final : public Client {
   absl::Status Barrier() override;
   uint64_t ResumeStep() const override { return resume_step_; }
   absl::Status Checkpoint(uint64_t step) override;
+  absl::StatusOr<DropResult> Drop(absl::Span<const std::string> names) override;
+  absl::StatusOr<DropResult> DropAll() override;
+  absl::Status StopShard(uint32_t shard) override;
   absl::StatusOr<std::vector<ShardStats>> Stats() override;
   void Shutdown() override;
 
@@ -193,6 +202,8 @@ class ClientImpl final : public Client {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<const ChannelList> channels_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TensorId, std::unique_ptr<DeclaredTensor>> tensors_ ABSL_GUARDED_BY(mu_);
+  // Dropped declarations: kept, as an operation started before the drop may still read them.
+  std::vector<std::unique_ptr<DeclaredTensor>> dropped_tensors_ ABSL_GUARDED_BY(mu_);
   // With ClientOptions::metrics_port (else null): counted here, served by the endpoint.
   std::shared_ptr<internal::ClientMetrics> metrics_;
   std::unique_ptr<HttpEndpoint> metrics_endpoint_;
@@ -362,10 +373,15 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
       channels[shard]->AddTensor(spec.name);
     }
   }
+  auto declared = std::make_unique<DeclaredTensor>(DeclaredTensor{
+      spec.name, spec.num_elements, layout, FormatOf(spec.push_dtype), FormatOf(spec.pull_dtype)});
   absl::MutexLock lock(&mu_);
-  tensors_.try_emplace(key, std::make_unique<DeclaredTensor>(DeclaredTensor{
-                                spec.name, spec.num_elements, layout, FormatOf(spec.push_dtype),
-                                FormatOf(spec.pull_dtype)}));
+  // The shards took this spec: one this client knew under the name was dropped meanwhile (by
+  // another client), and is kept for the operations that may still read it.
+  std::unique_ptr<DeclaredTensor>& entry = tensors_[key];
+  if (entry != nullptr && SameDeclaration(*entry, *declared)) return key;
+  if (entry != nullptr) dropped_tensors_.push_back(std::move(entry));
+  entry = std::move(declared);
   return key;
 }
 
@@ -712,6 +728,52 @@ absl::Status ClientImpl::Checkpoint(uint64_t step) {
     headers.push_back(request.SerializeAsString());
   }
   return internal::CallEach(*transport_, *channel_list, hetps::v1::METHOD_CHECKPOINT, headers, {},
+                            absl::Now() + options_.call_timeout)
+      .status();
+}
+
+absl::StatusOr<DropResult> ClientImpl::Drop(absl::Span<const std::string> names) {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  if (names.empty()) return absl::InvalidArgumentError("the drop names no tensor");
+  hetps::v1::DropRequest request;
+  for (const std::string& name : names) {
+    if (name.empty()) return absl::InvalidArgumentError("a tensor needs a name");
+    request.add_tensor_keys(TensorKeyFromName(name));
+  }
+  HETPS_ASSIGN_OR_RETURN(DropResult result,
+                         internal::DropOnEach(*transport_, *channel_list, request,
+                                              absl::Now() + options_.call_timeout));
+  absl::MutexLock lock(&mu_);
+  for (uint64_t key : request.tensor_keys()) {
+    auto it = tensors_.find(key);
+    if (it == tensors_.end()) continue;
+    dropped_tensors_.push_back(std::move(it->second));
+    tensors_.erase(it);
+  }
+  return result;
+}
+
+absl::StatusOr<DropResult> ClientImpl::DropAll() {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  hetps::v1::DropRequest request;
+  request.set_all(true);
+  HETPS_ASSIGN_OR_RETURN(DropResult result,
+                         internal::DropOnEach(*transport_, *channel_list, request,
+                                              absl::Now() + options_.call_timeout));
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, tensor] : tensors_) dropped_tensors_.push_back(std::move(tensor));
+  tensors_.clear();
+  return result;
+}
+
+absl::Status ClientImpl::StopShard(uint32_t shard) {
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<const ChannelList> channel_list, Channels());
+  if (shard >= channel_list->size()) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("shard %d: the cluster has %d shards", shard, channel_list->size()));
+  }
+  return internal::CallEach(*transport_, {(*channel_list)[shard]}, hetps::v1::METHOD_STOP,
+                            {hetps::v1::StopRequest().SerializeAsString()}, {},
                             absl::Now() + options_.call_timeout)
       .status();
 }

@@ -42,6 +42,10 @@ struct ClientOptions {
   uint32_t world_size = 1;
   // Must equal the shards' --job_id.
   std::string job_id = "hetps";
+  // An operator's tool (ps-ctl), not a worker of the job: the shards check neither rank nor
+  // world_size and the client takes no rank's run over, so it may connect while the job runs.
+  // For Stats and Drop; it must not push.
+  bool admin = false;
   // File holding the job's shared secret, for shards started with one (--auth_token_file).
   // Empty: $HETPS_AUTH_TOKEN if set, else none. Read once, by Client::Create.
   std::string auth_token_file;
@@ -164,6 +168,7 @@ struct ShardStats {
   uint64_t last_checkpoint = 0;      // the newest step of which its checkpoint part is durable
   uint64_t backup_partitions = 0;    // --replicas 2: copies it keeps of the previous shard's
   uint64_t replication_resends = 0;  // batches its backup did not take at the first attempt
+  uint64_t tensors_dropped = 0;      // since the shard started (Client::Drop)
   uint64_t min_version = 0;          // over this shard's partitions
   uint64_t max_version = 0;
 };

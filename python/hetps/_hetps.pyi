@@ -14,6 +14,7 @@ class ClientOptions:
     rank: int
     world_size: int
     job_id: str
+    admin: bool
     auth_token_file: str
     tls_ca_file: str
     tls_cert_file: str
@@ -41,6 +42,10 @@ class Initializer:
     @staticmethod
     def normal(mean: float, stddev: float, seed: int = 0) -> "Initializer": ...
 
+class DropResult:
+    tensors: int
+    released_bytes: int
+
 class ShardStats:
     shard_index: int
     num_tensors: int
@@ -54,6 +59,7 @@ class ShardStats:
     payload_bytes_sent: int
     failed_requests: int
     pushes_refused: int
+    tensors_dropped: int
     requests_waiting: int
     checkpoints_waiting: int
     last_checkpoint: int
@@ -104,6 +110,9 @@ class Client:
                     slots: Sequence[Array]) -> None: ...
     def checkpoint(self, step: int) -> None: ...
     def barrier(self) -> None: ...
+    def drop(self, names: List[str]) -> DropResult: ...
+    def drop_all(self) -> DropResult: ...
+    def stop_shard(self, shard: int) -> None: ...
     def stats(self) -> List[ShardStats]: ...
     def shutdown(self) -> None: ...
     def __enter__(self) -> "Client": ...

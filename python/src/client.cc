@@ -500,6 +500,48 @@ momentum: momentum_buffer; adagrad: sum; rmsprop: square_avg[, grad_avg][, momen
           },
           "Returns when every worker of the job has called barrier() as often as this one.")
       .def(
+          "drop",
+          [](PyClient& self, const std::vector<std::string>& names) {
+            Client& client = self.client();
+            absl::StatusOr<DropResult> dropped;
+            {
+              py::gil_scoped_release release;
+              dropped = client.Drop(names);
+            }
+            return ValueOrRaise(std::move(dropped));
+          },
+          py::arg("names"),
+          "Removes the named tensors from every shard (weights, optimizer state, backup "
+          "copies), so that long-lived shards serve job after job. Any worker's calls on them "
+          "raise NOT_FOUND from then on; the names may be declared again. A name no shard "
+          "holds is not an error.")
+      .def(
+          "drop_all",
+          [](PyClient& self) {
+            Client& client = self.client();
+            absl::StatusOr<DropResult> dropped;
+            {
+              py::gil_scoped_release release;
+              dropped = client.DropAll();
+            }
+            return ValueOrRaise(std::move(dropped));
+          },
+          "Drops every tensor of the job from every shard, whoever declared it.")
+      .def(
+          "stop_shard",
+          [](PyClient& self, uint32_t shard) {
+            Client& client = self.client();
+            absl::Status status;
+            {
+              py::gil_scoped_release release;
+              status = client.StopShard(shard);
+            }
+            RaiseIfError(status);
+          },
+          py::arg("shard"),
+          "Operators' clients (ClientOptions(admin=True)) only: asks a shard to stop as on "
+          "SIGTERM (checkpoint, its backup takes over, exit).")
+      .def(
           "stats",
           [](PyClient& self) {
             Client& client = self.client();

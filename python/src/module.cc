@@ -49,6 +49,9 @@ ClientOptions; metrics_port, metrics_host: the worker's /metrics page (-1: none)
       .def_readwrite("rank", &ClientOptions::rank)
       .def_readwrite("world_size", &ClientOptions::world_size)
       .def_readwrite("job_id", &ClientOptions::job_id)
+      .def_readwrite("admin", &ClientOptions::admin,
+                     "An operator's tool (ps-ctl), not a worker: rank and world_size are not "
+                     "checked and no worker's run is taken over. For stats() and drop().")
       .def_readwrite("auth_token_file", &ClientOptions::auth_token_file)
       .def_readwrite("tls_ca_file", &ClientOptions::tls_ca_file)
       .def_readwrite("tls_cert_file", &ClientOptions::tls_cert_file)
@@ -105,6 +108,7 @@ void BindStats(py::module_& m) {
       .def_readonly("payload_bytes_sent", &ShardStats::payload_bytes_sent)
       .def_readonly("failed_requests", &ShardStats::failed_requests)
       .def_readonly("pushes_refused", &ShardStats::pushes_refused)
+      .def_readonly("tensors_dropped", &ShardStats::tensors_dropped)
       .def_readonly("requests_waiting", &ShardStats::requests_waiting)
       .def_readonly("checkpoints_waiting", &ShardStats::checkpoints_waiting)
       .def_readonly("last_checkpoint", &ShardStats::last_checkpoint)
@@ -116,6 +120,15 @@ void BindStats(py::module_& m) {
         return absl::StrCat("ShardStats(shard_index=", s.shard_index,
                             ", num_tensors=", s.num_tensors, ", min_version=", s.min_version,
                             ", max_version=", s.max_version, ")");
+      });
+  py::class_<DropResult>(m, "DropResult", "What Client.drop() removed.")
+      .def_readonly("tensors", &DropResult::tensors,
+                    "Tensors some shard held (the most any one held).")
+      .def_readonly("released_bytes", &DropResult::released_bytes,
+                    "Tensor memory given back, summed over the shards.")
+      .def("__repr__", [](const DropResult& r) {
+        return absl::StrCat("DropResult(tensors=", r.tensors, ", released_bytes=", r.released_bytes,
+                            ")");
       });
   py::class_<TensorPartition>(m, "TensorPartition", "Where one partition of a tensor lies.")
       .def_readonly("begin", &TensorPartition::begin)

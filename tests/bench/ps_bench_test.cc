@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
+#include "worker/client.h"
 
 namespace hetps::bench {
 namespace {
@@ -288,16 +289,42 @@ TEST(PsBenchTest, MeasuresTheShardsOfTheJobItNames) {
   testing::LocalCluster cluster;
   ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--job_id=team-a"}).ok());
   auto run = [&](const std::string& job) {
-    Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(),
-                      "--transport=grpc", "--op=pull", "-b", "4K", "-f", "1", "--iterations=5",
-                      "--timeout_s=10", "--job_id=" + job},
-                     dir.path() + "/" + job + ".log");
+    Subprocess bench(
+        {BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(), "--transport=grpc",
+         "--op=pull", "-b", "4K", "-f", "1", "--iterations=5", "--timeout_s=10", "--job_id=" + job},
+        dir.path() + "/" + job + ".log");
     return bench.Wait(absl::Seconds(60));
   };
   EXPECT_EQ(run("team-a"), 0) << ReadFile(dir.path() + "/team-a.log");
   EXPECT_EQ(run("hetps"), 2) << ReadFile(dir.path() + "/hetps.log");
   EXPECT_NE(ReadFile(dir.path() + "/hetps.log").find("team-a"), std::string::npos)
       << ReadFile(dir.path() + "/hetps.log");
+}
+
+TEST(PsBenchTest, LeavesNothingOnTheShardsSoANextRunMayMeasureAnotherRule) {
+  testing::ScopedTempDir dir;
+  testing::LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc"}).ok());
+  auto run = [&](const std::string& optimizer, const std::string& dtype) {
+    Subprocess bench(
+        {BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(), "--transport=grpc",
+         "--op=pushpull", "-b", "4K", "-e", "64K", "-f", "16", "--iterations=5", "--timeout_s=10",
+         "--optimizer=" + optimizer, "--dtype=" + dtype},
+        dir.path() + "/log");
+    return bench.Wait(absl::Seconds(60));
+  };
+  // The same sizes again with another rule and dtype: the same tensor names, declared afresh.
+  ASSERT_EQ(run("sum", "fp32"), 0) << ReadFile(dir.path() + "/log");
+  ASSERT_EQ(run("adam", "bf16"), 0) << ReadFile(dir.path() + "/log");
+  // As an operator's tool asks: the shard holds none of the benchmark's tensors.
+  ClientOptions options;
+  options.servers = absl::StrSplit(cluster.servers_flag(), ',');
+  options.admin = true;
+  absl::StatusOr<std::unique_ptr<Client>> admin = Client::Create(options);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::StatusOr<std::vector<ShardStats>> stats = (*admin)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ((*stats)[0].num_tensors, 0u);
 }
 
 TEST(PsBenchTest, UnreachableClusterFailsWithAClearMessage) {

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ps-ctl status against two real shards while a worker trains: JSON and table agree with the
-# job (serving, tensors, a connected worker, push-pulls per second); a shard that is gone is
-# reported unreachable and the status fails.
+# job (serving, tensors, a connected worker, push-pulls per second). ps-ctl drop (with the hetps
+# Python module) removes the job's tensors from both shards while the worker runs: the worker
+# then fails with NOT_FOUND (not with its rank taken over), and status shows no tensor. ps-ctl
+# stop ends shard 1 (exit status 0); a shard that is gone is reported unreachable and the status
+# fails.
 #
 #   tests/deploy/ps_ctl_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -52,7 +55,44 @@ table=$("$ctl" status --metrics "$metrics" --interval 0.2)
 grep -q "ctl-test" <<<"$table" || fail "the table names no job: $table"
 echo "$table"
 
-kill -KILL "${pids[1]}"
+if compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null; then
+  servers="127.0.0.1:$(cat "$run_dir/port0"),127.0.0.1:$(cat "$run_dir/port1")"
+  ctl_py() { PYTHONPATH="$build_dir/python" /usr/bin/python3 "$ctl" "$@"; }
+  ctl_py drop --servers "$servers" --job_id ctl-test --tensor no-such-tensor --json \
+    >"$run_dir/none.json" || fail "drop of an unknown tensor failed: $(cat "$run_dir/none.json")"
+  grep -q '"dropped_tensors": 0' "$run_dir/none.json" || fail "$(cat "$run_dir/none.json")"
+  if ctl_py drop --servers "$servers" --job_id other-job --all >"$run_dir/other.txt" 2>&1; then
+    fail "a drop for another job was accepted"
+  fi
+  grep -q "ctl-test" "$run_dir/other.txt" || fail "$(cat "$run_dir/other.txt")"
+  ctl_py drop --servers "$servers" --job_id ctl-test --all --json >"$run_dir/drop.json" ||
+    fail "drop failed: $(cat "$run_dir/drop.json")"
+  /usr/bin/python3 - "$run_dir/drop.json" <<'PY' || fail "drop: $(cat "$run_dir/drop.json")"
+import json, sys
+result = json.load(open(sys.argv[1]))
+assert result["dropped_tensors"] >= 2 and result["released_bytes"] > 0, result
+assert result["tensors_left"] == [0, 0], result
+PY
+  worker_pid=${pids[2]}
+  for _ in $(seq 300); do kill -0 "$worker_pid" 2>/dev/null || break; sleep 0.1; done
+  if wait "$worker_pid"; then fail "the worker went on after its tensors were dropped"; fi
+  grep -q "NOT_FOUND" "$run_dir/worker.log" ||
+    fail "the worker did not fail with NOT_FOUND: $(tail -5 "$run_dir/worker.log")"
+  if grep -q "taken over" "$run_dir/worker.log"; then fail "ps-ctl took the worker's rank over"; fi
+  "$ctl" status --metrics "$metrics" --json --interval 0.2 >"$run_dir/after_drop.json"
+  grep -q '"tensors": 0' "$run_dir/after_drop.json" || fail "$(cat "$run_dir/after_drop.json")"
+
+  # Stopped as SIGTERM would: the process ends by itself, exit status 0.
+  ctl_py stop --servers "$servers" --job_id ctl-test --shard 1 >"$run_dir/stop.txt" ||
+    fail "stop failed: $(cat "$run_dir/stop.txt")"
+  for _ in $(seq 100); do kill -0 "${pids[1]}" 2>/dev/null || break; sleep 0.1; done
+  wait "${pids[1]}" || fail "the stopped shard exited with $?: $(tail -3 "$run_dir/shard1.log")"
+  grep -q "stop asked for" "$run_dir/shard1.log" || fail "$(tail -3 "$run_dir/shard1.log")"
+else
+  echo "ps-ctl drop and stop not checked: the hetps Python module was not built"
+  kill -KILL "${pids[1]}"
+fi
+
 if "$ctl" status --metrics "$metrics" --interval 0.2 >"$run_dir/after.txt"; then
   fail "status succeeded with a shard gone"
 fi

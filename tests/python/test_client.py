@@ -252,6 +252,26 @@ def test_options_from_the_environment(monkeypatch):
         hetps.ClientOptions(no_such_field=1)
 
 
+def test_dropped_tensors_leave_the_shards_and_their_names_are_free(cluster_factory):
+    cluster = cluster_factory(shards=2)
+    with client_for(cluster) as client, client_for(cluster, admin=True) as operator:
+        w = client.declare("w", 1000, optimizer="adam", params={"lr": 0.01})
+        client.declare("kept", 10, optimizer="sum")
+        client.push_pull(w, torch.ones(1000), torch.zeros(1000), 0).wait()
+        dropped = operator.drop(["w", "never-declared"])
+        assert dropped.tensors == 1 and dropped.released_bytes > 1000 * 3 * 4
+        assert [s.num_tensors for s in client.stats()] == [1, 1]
+        assert sum(s.tensors_dropped for s in client.stats()) == 2
+        with pytest.raises(hetps.Error, match="NOT_FOUND"):
+            client.push(w, torch.ones(1000), 1).wait()
+        w = client.declare("w", 500, optimizer="sgd", params={"lr": 0.1})  # another spec
+        weights = torch.full((500,), -1.0)
+        client.pull(w, weights).wait()
+        assert torch.equal(weights, torch.zeros(500))
+        assert client.drop_all().tensors == 2
+        assert [s.num_tensors for s in operator.stats()] == [0, 0]
+
+
 def test_type_stubs_name_what_the_module_has():
     import ast
     import inspect

@@ -64,5 +64,54 @@ TEST(TensorTableTest, ConcurrentInsertsAndLookups) {
   EXPECT_EQ(count, 200);
 }
 
+TEST(TensorTableTest, ARemovedTensorIsMissedEvenByAThreadThatCachedItAndLivesWhileHeld) {
+  TensorTable table;
+  const uint64_t key = TensorKeyFromName("w");
+  table.Insert(MakeTensor("w", 10));
+  TensorRef held = table.Find(key);  // cached by this thread from now on
+  ASSERT_NE(held, nullptr);
+  std::weak_ptr<const Tensor> watch = held;
+  std::shared_ptr<Tensor> removed = table.Remove(key);
+  ASSERT_EQ(removed, held);
+  EXPECT_TRUE(held->dropped.load());
+  EXPECT_EQ(table.Find(key), nullptr);
+  EXPECT_EQ(table.Remove(key), nullptr);
+  EXPECT_TRUE(table.Keys().empty());
+  // A holder keeps it (a request in flight); the last one frees it.
+  removed.reset();
+  EXPECT_EQ(held->decl.num_elements(), 10u);
+  held.reset();
+  EXPECT_TRUE(watch.expired());
+  // The key is free again, and the cache does not hand out the old tensor.
+  table.Insert(MakeTensor("w", 20));
+  ASSERT_NE(table.Find(key), nullptr);
+  EXPECT_EQ(table.Find(key)->decl.num_elements(), 20u);
+}
+
+TEST(TensorTableTest, LookupsRacingWithRemovalsSeeWholeTensorsOnly) {
+  TensorTable table;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&] {
+      while (!stop.load()) {
+        for (int i = 0; i < 8; ++i) {
+          TensorRef tensor = table.Find(TensorKeyFromName(absl::StrCat("k", i)));
+          if (tensor != nullptr) {
+            EXPECT_EQ(tensor->decl.name(), absl::StrCat("k", i));
+          }
+        }
+      }
+    });
+  }
+  for (int round = 0; round < 2000; ++round) {
+    const std::string name = absl::StrCat("k", round % 8);
+    table.Insert(MakeTensor(name, 16));
+    table.Remove(TensorKeyFromName(name));
+  }
+  stop.store(true);
+  for (auto& reader : readers) reader.join();
+}
+
 }  // namespace
 }  // namespace hetps::server

@@ -169,6 +169,11 @@ class RecordingClient final : public Client {
   absl::Status Barrier() override { return inner_->Barrier(); }
   uint64_t ResumeStep() const override { return inner_->ResumeStep(); }
   absl::Status Checkpoint(uint64_t step) override { return inner_->Checkpoint(step); }
+  absl::StatusOr<DropResult> Drop(absl::Span<const std::string> names) override {
+    return inner_->Drop(names);
+  }
+  absl::StatusOr<DropResult> DropAll() override { return inner_->DropAll(); }
+  absl::Status StopShard(uint32_t shard) override { return inner_->StopShard(shard); }
   absl::StatusOr<std::vector<ShardStats>> Stats() override { return inner_->Stats(); }
   std::string metrics_address() const override { return inner_->metrics_address(); }
   void Shutdown() override { inner_->Shutdown(); }

@@ -1,9 +1,11 @@
 #include "worker/internal/rpc.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace hetps::internal {
 
@@ -46,6 +48,25 @@ absl::StatusOr<std::vector<transport::Response>> CallEach(
     responses.push_back(*std::move(result));
   }
   return responses;
+}
+
+absl::StatusOr<DropResult> DropOnEach(transport::Transport& transport,
+                                      const std::vector<std::shared_ptr<ShardChannel>>& channels,
+                                      const hetps::v1::DropRequest& request, absl::Time deadline) {
+  const std::vector<std::string> headers(channels.size(), request.SerializeAsString());
+  HETPS_ASSIGN_OR_RETURN(
+      std::vector<transport::Response> responses,
+      CallEach(transport, channels, hetps::v1::METHOD_DROP, headers, {}, deadline));
+  DropResult result;
+  for (const transport::Response& response : responses) {
+    hetps::v1::DropResponse dropped;
+    if (!dropped.ParseFromString(response.header)) {
+      return absl::InternalError("malformed drop response");
+    }
+    result.tensors = std::max(result.tensors, dropped.dropped());
+    result.released_bytes += dropped.released_bytes();
+  }
+  return result;
 }
 
 }  // namespace hetps::internal

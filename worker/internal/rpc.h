@@ -10,7 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/ps.pb.h"
 #include "transport/transport.h"
+#include "worker/client.h"
 #include "worker/internal/shard_channel.h"
 
 namespace hetps::internal {
@@ -21,6 +23,11 @@ absl::StatusOr<std::vector<transport::Response>> CallEach(
     transport::Transport& transport, const std::vector<std::shared_ptr<ShardChannel>>& channels,
     uint32_t method, const std::vector<std::string>& headers,
     std::vector<transport::Payload> payloads, absl::Time deadline);
+
+// Sends `request` to every shard of `channels` and adds up their answers.
+absl::StatusOr<DropResult> DropOnEach(transport::Transport& transport,
+                                      const std::vector<std::shared_ptr<ShardChannel>>& channels,
+                                      const hetps::v1::DropRequest& request, absl::Time deadline);
 
 }  // namespace hetps::internal
 

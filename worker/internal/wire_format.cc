@@ -100,6 +100,7 @@ ShardStats StatsFromProto(const hetps::v1::StatsResponse& proto) {
   stats.payload_bytes_sent = proto.payload_bytes_sent();
   stats.failed_requests = proto.failed_requests();
   stats.pushes_refused = proto.pushes_refused();
+  stats.tensors_dropped = proto.tensors_dropped();
   stats.requests_waiting = proto.requests_waiting();
   stats.checkpoints_waiting = proto.checkpoints_waiting();
   stats.last_checkpoint = proto.last_checkpoint();
@@ -177,6 +178,7 @@ hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, 
   hello.set_shard_index(shard);
   hello.set_num_shards(num_shards);
   hello.set_incarnation(incarnation);
+  hello.set_admin(options.admin);
   if (!auth_token.empty()) hello.set_auth_token(std::string(auth_token));
   return hello;
 }
