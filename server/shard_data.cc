@@ -62,7 +62,7 @@ absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocatePartition(uint64_t
         "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", index, name,
         ShardOfPartition(tensor_key, index, options_.num_shards), options_.shard_index));
   }
-  return std::make_pair(tensor, partition);
+  return std::make_pair(std::move(tensor), partition);
 }
 
 absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
@@ -84,9 +84,9 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
   };
   uint64_t offset = 0;
   for (const hetps::v1::PartitionItem& item : items) {
-    HETPS_ASSIGN_OR_RETURN(const auto located,
+    HETPS_ASSIGN_OR_RETURN(auto located,
                            LocatePartition(item.tensor_key(), item.partition(), backups));
-    const auto [tensor, partition] = located;
+    auto& [tensor, partition] = located;
     const std::string& name = tensor->decl.name();
     absl::StatusOr<FloatFormat> format = FormatOf(item.dtype());
     absl::StatusOr<FloatFormat> pull_format =
@@ -104,7 +104,7 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveItems(
     }
     DataItem& out = resolved.emplace_back();
     out.partition = partition;
-    out.tensor = tensor;
+    out.tensor = std::move(tensor);  // `name` stays valid: the item holds the tensor
     out.meta = item;
     out.format = *format;
     out.pull_format = *pull_format;
