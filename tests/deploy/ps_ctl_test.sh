@@ -2,7 +2,8 @@
 # ps-ctl status against two real shards while a worker trains: JSON and table agree with the
 # job (serving, tensors, a connected worker, push-pulls per second). ps-ctl drop (with the hetps
 # Python module) removes the job's tensors from both shards while the worker runs: the worker
-# then fails with NOT_FOUND (not with its rank taken over), and status shows no tensor. ps-ctl
+# then fails with NOT_FOUND (not with its rank taken over), and status shows no tensor (after
+# ps-ctl checkpoint has committed a checkpoint of the next step while it trained). ps-ctl
 # stop ends shard 1 (exit status 0); a shard that is gone is reported unreachable and the status
 # fails.
 #
@@ -24,6 +25,7 @@ source "$(dirname "$0")/../testing/script_helpers.sh"
 for shard in 0 1; do
   "$build_dir/server/ps-server" --transport grpc --num_shards 2 --shard_index "$shard" \
     --job_id ctl-test --metrics_port 0 --port_file "$run_dir/port$shard" --lifetime_s 120 \
+    --checkpoint_dir "$run_dir/checkpoints" \
     >"$run_dir/shard$shard.log" 2>&1 &
   pids+=($!)
 done
@@ -58,6 +60,13 @@ echo "$table"
 if compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null; then
   servers="127.0.0.1:$(cat "$run_dir/port0"),127.0.0.1:$(cat "$run_dir/port1")"
   ctl_py() { PYTHONPATH="$build_dir/python" /usr/bin/python3 "$ctl" "$@"; }
+  # A checkpoint while the worker trains: the next step, committed by both shards.
+  ctl_py checkpoint --servers "$servers" --job_id ctl-test >"$run_dir/checkpoint.txt" 2>&1 ||
+    fail "checkpoint failed: $(cat "$run_dir/checkpoint.txt")"
+  step=$(sed -n 's/^checkpoint of step \([0-9]*\) committed$/\1/p' "$run_dir/checkpoint.txt")
+  [ -n "$step" ] || fail "checkpoint: $(cat "$run_dir/checkpoint.txt")"
+  [ -f "$run_dir/checkpoints/$(printf 'step-%012d' "$step")/MANIFEST" ] ||
+    fail "no committed checkpoint of step $step: $(ls -R "$run_dir/checkpoints")"
   ctl_py drop --servers "$servers" --job_id ctl-test --tensor no-such-tensor --json \
     >"$run_dir/none.json" || fail "drop of an unknown tensor failed: $(cat "$run_dir/none.json")"
   grep -q '"dropped_tensors": 0' "$run_dir/none.json" || fail "$(cat "$run_dir/none.json")"
