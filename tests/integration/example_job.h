@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "optimizer/optimizer.h"
+#include "optimizer/registry.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
@@ -86,6 +88,52 @@ inline std::vector<float> SingleProcessReference(int world_size, int steps) {
   }
   w.push_back(b);
   return w;
+}
+
+// The same training in one process, with any update rule of the optimizer library: the workers'
+// gradients go to the rule as the shards hand them over (in rank order), on the whole model.
+inline std::vector<float> SingleProcessReference(int world_size, int steps, const std::string& rule,
+                                                 const OptimizerParams& params) {
+  examples::LinregProblem problem;
+  problem.dim = kDim;
+  problem.samples_per_worker = kSamples;
+  std::vector<examples::WorkerData> data;
+  for (int r = 0; r < world_size; ++r) data.push_back(examples::MakeWorkerData(problem, r));
+  std::unique_ptr<Optimizer> optimizer = *CreateOptimizer(rule, params);
+  const int slots = optimizer->state_slots();
+  std::vector<float> w(kDim, 0.0f), w_state(kDim * slots), b_state(slots);
+  float b = 0;
+  std::vector<float*> w_slots, b_slots;
+  for (int k = 0; k < slots; ++k) {
+    w_slots.push_back(w_state.data() + k * kDim);
+    b_slots.push_back(b_state.data() + k);
+  }
+  optimizer->InitializeState(w_slots, kDim);
+  optimizer->InitializeState(b_slots, 1);
+  std::vector<std::vector<float>> grad_w(world_size, std::vector<float>(kDim));
+  std::vector<float> grad_b(world_size);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<const float*> gw, gb;
+    for (int r = 0; r < world_size; ++r) {
+      examples::LossAndGradient(data[r], w, b, absl::MakeSpan(grad_w[r]), &grad_b[r]);
+      gw.push_back(grad_w[r].data());
+      gb.push_back(&grad_b[r]);
+    }
+    optimizer->Update(
+        {w.data(), w.data(), gw, w_slots, static_cast<size_t>(kDim), static_cast<uint64_t>(step)});
+    optimizer->Update({&b, &b, gb, b_slots, 1, static_cast<uint64_t>(step)});
+  }
+  w.push_back(b);
+  return w;
+}
+
+// The largest difference between two models, relative to each weight (at least 1).
+inline float MaxRelativeDifference(const std::vector<float>& got, const std::vector<float>& want) {
+  float worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(1.0f, std::abs(want[i])));
+  }
+  return worst;
 }
 
 // Every worker's saved model (<dir>/model<r>) equals the single-process training's.

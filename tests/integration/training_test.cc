@@ -34,6 +34,7 @@ using integration::FinalLoss;
 using integration::kDim;
 using integration::kLearningRate;
 using integration::kSamples;
+using integration::MaxRelativeDifference;
 using integration::ReadFloats;
 using integration::SingleProcessReference;
 using integration::WorkerArgs;
@@ -139,51 +140,6 @@ TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
     best = std::min(best, FinalLoss(log));
   }
   EXPECT_LT(best, 1e-3);
-}
-
-// The same training in one process, with any update rule of the optimizer library: the workers'
-// gradients go to the rule as the shards hand them over (in rank order), on the whole model.
-std::vector<float> SingleProcessReference(int world_size, int steps, const std::string& rule,
-                                          const OptimizerParams& params) {
-  examples::LinregProblem problem;
-  problem.dim = kDim;
-  problem.samples_per_worker = kSamples;
-  std::vector<examples::WorkerData> data;
-  for (int r = 0; r < world_size; ++r) data.push_back(examples::MakeWorkerData(problem, r));
-  std::unique_ptr<Optimizer> optimizer = *CreateOptimizer(rule, params);
-  const int slots = optimizer->state_slots();
-  std::vector<float> w(kDim, 0.0f), w_state(kDim * slots), b_state(slots);
-  float b = 0;
-  std::vector<float*> w_slots, b_slots;
-  for (int k = 0; k < slots; ++k) {
-    w_slots.push_back(w_state.data() + k * kDim);
-    b_slots.push_back(b_state.data() + k);
-  }
-  optimizer->InitializeState(w_slots, kDim);
-  optimizer->InitializeState(b_slots, 1);
-  std::vector<std::vector<float>> grad_w(world_size, std::vector<float>(kDim));
-  std::vector<float> grad_b(world_size);
-  for (int step = 0; step < steps; ++step) {
-    std::vector<const float*> gw, gb;
-    for (int r = 0; r < world_size; ++r) {
-      examples::LossAndGradient(data[r], w, b, absl::MakeSpan(grad_w[r]), &grad_b[r]);
-      gw.push_back(grad_w[r].data());
-      gb.push_back(&grad_b[r]);
-    }
-    optimizer->Update(
-        {w.data(), w.data(), gw, w_slots, static_cast<size_t>(kDim), static_cast<uint64_t>(step)});
-    optimizer->Update({&b, &b, gb, b_slots, 1, static_cast<uint64_t>(step)});
-  }
-  w.push_back(b);
-  return w;
-}
-
-float MaxRelativeDifference(const std::vector<float>& got, const std::vector<float>& want) {
-  float worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(got[i] - want[i]) / std::max(1.0f, std::abs(want[i])));
-  }
-  return worst;
 }
 
 TEST_P(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) {
