@@ -221,6 +221,48 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
   EXPECT_EQ(worker["hetps_client_operations_total{op=\"push_pull\",code=\"OK\"}"], 6);
 }
 
+// A learning-rate change while a shard is gone (its partitions served by the next shard, or
+// about to be): it reaches every partition that serves, at the step it names, and training
+// ends exactly as on a cluster that lost nothing.
+TEST_P(ClientReplicationTest, AHyperparameterChangeWhileAShardIsGoneReachesEveryPartition) {
+  constexpr uint64_t kLarge = 3000;  // 12 partitions over the 3 shards
+  TensorSpec spec = testing::Spec("w", kLarge);
+  spec.optimizer = {"adam", {{"lr", 0.01}}};
+  spec.init = Initializer::Uniform(-1, 1, 3);
+  auto train = [&](Client& client, TensorId id, uint64_t first, uint64_t last,
+                   std::vector<float>& w) {
+    for (uint64_t step = first; step < last; ++step) {
+      std::vector<float> g(kLarge);
+      for (uint64_t i = 0; i < kLarge; ++i) g[i] = std::cos(0.01f * i + 2.0f * step);
+      const absl::Status status = client.PushPull(id, g, absl::MakeSpan(w), step).Wait();
+      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status;
+    }
+  };
+  auto reference_cluster = testing::TestCluster::Start(GetParam(), 3, 1);
+  ASSERT_TRUE(reference_cluster.ok()) << reference_cluster.status();
+  auto reference_client = (*reference_cluster)->NewClient(0);
+  ASSERT_TRUE(reference_client.ok());
+  std::vector<float> expected(kLarge);
+  TensorId reference_id = *(*reference_client)->Declare(spec);
+  ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 0, 3, expected));
+  ASSERT_TRUE((*reference_client)->SetHyperparameters(reference_id, 4, {{"lr", 0.002}}).ok());
+  ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 3, 7, expected));
+
+  StartReplicated(3, 1);
+  c0_ = NewClient(0);
+  absl::StatusOr<TensorId> id = c0_->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<float> w(kLarge);
+  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 0, 3, w));
+  cluster_->shard(1).Shutdown();
+  const absl::Time start = absl::Now();
+  const absl::Status changed = c0_->SetHyperparameters(*id, 4, {{"lr", 0.002}});
+  ASSERT_TRUE(changed.ok()) << changed;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 3, 7, w));
+  EXPECT_EQ(w, expected);  // bitwise
+}
+
 // ASP with a shard lost mid-training: two workers push without pause while shard 1 goes; every
 // push that was acknowledged is in the final weights exactly once (SGD with lr 1 on a gradient
 // of -1 counts them: each applied push adds 1 to every weight), none twice though the ones in

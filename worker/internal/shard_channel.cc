@@ -33,8 +33,9 @@ struct ShardChannel::PendingCall {
   absl::Duration pause = kFirstRetryPause;
   // Why the last attempt could not reach the shard (empty before any retry).
   std::string unreachable;
-  // A data call that may go to the stand-in, and whether this attempt does.
-  bool data = false;
+  // A call that may go to the stand-in (data calls, and hyperparameter changes, which the
+  // stand-in applies to the copies it keeps), and whether this attempt does.
+  bool may_stand_in = false;
   bool at_stand_in = false;
   uint32_t failed_attempts = 0;
 };
@@ -71,10 +72,11 @@ void ShardChannel::Call(uint32_t method, std::string header, transport::Payload 
   call->deadline = deadline;
   call->sink = std::move(sink);
   call->done = std::move(done);
-  call->data = method == hetps::v1::METHOD_PUSH || method == hetps::v1::METHOD_PULL ||
-               method == hetps::v1::METHOD_PUSH_PULL;
+  call->may_stand_in = method == hetps::v1::METHOD_PUSH || method == hetps::v1::METHOD_PULL ||
+                       method == hetps::v1::METHOD_PUSH_PULL ||
+                       method == hetps::v1::METHOD_SET_OPTIMIZER;
   call->at_stand_in =
-      call->data && at_stand_in_.load(std::memory_order_relaxed) && StandIn() != nullptr;
+      call->may_stand_in && at_stand_in_.load(std::memory_order_relaxed) && StandIn() != nullptr;
   Send(std::move(call));
 }
 
@@ -90,22 +92,28 @@ std::shared_ptr<ShardChannel> ShardChannel::StandIn() {
 
 namespace {
 
-// `header` (a data request's) with the state run of the shard it goes to instead.
+template <typename Request>
+std::string WithShardIncarnationAs(const std::string& header, uint64_t shard_incarnation) {
+  Request request;
+  if (!request.ParseFromString(header)) return header;
+  request.set_shard_incarnation(shard_incarnation);
+  std::string out;
+  request.SerializeToString(&out);
+  return out;
+}
+
+// `header` (of a call that may go to the stand-in) with the state run of the shard it goes to
+// instead.
 std::string WithShardIncarnation(uint32_t method, const std::string& header,
                                  uint64_t shard_incarnation) {
-  std::string out;
-  if (method == hetps::v1::METHOD_PULL) {
-    hetps::v1::PullRequest request;
-    if (!request.ParseFromString(header)) return header;
-    request.set_shard_incarnation(shard_incarnation);
-    request.SerializeToString(&out);
-  } else {
-    hetps::v1::PushRequest request;
-    if (!request.ParseFromString(header)) return header;
-    request.set_shard_incarnation(shard_incarnation);
-    request.SerializeToString(&out);
+  switch (method) {
+    case hetps::v1::METHOD_PULL:
+      return WithShardIncarnationAs<hetps::v1::PullRequest>(header, shard_incarnation);
+    case hetps::v1::METHOD_SET_OPTIMIZER:
+      return WithShardIncarnationAs<hetps::v1::SetOptimizerRequest>(header, shard_incarnation);
+    default:
+      return WithShardIncarnationAs<hetps::v1::PushRequest>(header, shard_incarnation);
   }
-  return out;
 }
 
 }  // namespace
@@ -142,7 +150,7 @@ void ShardChannel::OnResponse(std::shared_ptr<PendingCall> call,
     // Replicated: the other copy may serve it (or will, once it has taken over): it is asked
     // at once, and a pause follows only once both have failed.
     bool at_once = false;
-    if (call->data && StandIn() != nullptr) {
+    if (call->may_stand_in && StandIn() != nullptr) {
       call->at_stand_in = !call->at_stand_in;
       at_once = call->failed_attempts++ % 2 == 0;
     }
@@ -169,8 +177,8 @@ bool ShardChannel::ScheduleRetry(std::shared_ptr<PendingCall> call, bool at_once
   const absl::Time when = at_once ? now : std::min(now + call->pause, last);
   if (!at_once) {
     call->pause =
-        std::min(call->pause * 2,
-                 call->data && StandIn() != nullptr ? kLongestStandInPause : kLongestRetryPause);
+        std::min(call->pause * 2, call->may_stand_in && StandIn() != nullptr ? kLongestStandInPause
+                                                                             : kLongestRetryPause);
   }
   absl::MutexLock lock(&mu_);
   if (closed_) return false;
@@ -218,7 +226,9 @@ void ShardChannel::Complete(PendingCall& call, absl::StatusOr<transport::Respons
         result.status().code(),
         absl::StrFormat("shard %d (%s): %s%s", index_, address_, result.status().message(), lost));
   }
-  if (result.ok() && call.data) at_stand_in_.store(call.at_stand_in, std::memory_order_relaxed);
+  if (result.ok() && call.may_stand_in) {
+    at_stand_in_.store(call.at_stand_in, std::memory_order_relaxed);
+  }
   transport::ResponseCallback done = std::move(call.done);
   call.done = nullptr;
   if (done) transport::internal::CompleteOutsideCall(timers_, std::move(done), std::move(result));

@@ -47,9 +47,9 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   // Records a tensor with partitions on this shard, named when the shard reports them lost.
   void AddTensor(const std::string& name);
   // Replication: the shard that keeps the copies of this one's partitions and takes them over
-  // when this one is gone. A data call (push, pull, push-pull) that finds one of the two
-  // unavailable is sent again at the other (with that shard's state run in its header), and
-  // calls go on where the last one succeeded.
+  // when this one is gone. A data call (push, pull, push-pull) or hyperparameter change that
+  // finds one of the two unavailable is sent again at the other (with that shard's state run in
+  // its header), and calls go on where the last one succeeded.
   void SetStandIn(std::weak_ptr<ShardChannel> stand_in);
 
   // `sink`: where the response's payload should land (see transport::Request::response_sink).
