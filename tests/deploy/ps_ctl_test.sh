@@ -83,7 +83,7 @@ assert result["dropped_tensors"] >= 2 and result["released_bytes"] > 0, result
 assert result["tensors_left"] == [0, 0], result
 PY
   worker_pid=${pids[2]}
-  for _ in $(seq 300); do kill -0 "$worker_pid" 2>/dev/null || break; sleep 0.1; done
+  await '! kill -0 "$worker_pid" 2>/dev/null' 30
   if wait "$worker_pid"; then fail "the worker went on after its tensors were dropped"; fi
   grep -q "NOT_FOUND" "$run_dir/worker.log" ||
     fail "the worker did not fail with NOT_FOUND: $(tail -5 "$run_dir/worker.log")"
@@ -94,7 +94,7 @@ PY
   # Stopped as SIGTERM would: the process ends by itself, exit status 0.
   ctl_py stop --servers "$servers" --job_id ctl-test --shard 1 >"$run_dir/stop.txt" ||
     fail "stop failed: $(cat "$run_dir/stop.txt")"
-  for _ in $(seq 100); do kill -0 "${pids[1]}" 2>/dev/null || break; sleep 0.1; done
+  await '! kill -0 "${pids[1]}" 2>/dev/null' 10
   wait "${pids[1]}" || fail "the stopped shard exited with $?: $(tail -3 "$run_dir/shard1.log")"
   grep -q "stop asked for" "$run_dir/shard1.log" || fail "$(tail -3 "$run_dir/shard1.log")"
 else

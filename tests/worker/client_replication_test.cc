@@ -31,11 +31,23 @@ namespace hetps {
 namespace {
 
 constexpr uint64_t kElements = 1000;  // 4 partitions of 256 floats (test clusters' 1 KiB)
+constexpr uint64_t kLarge = 3000;     // 12 partitions over 3 shards
 
 std::vector<float> Gradient(uint32_t rank, uint64_t step) {
   std::vector<float> g(kElements);
   for (uint64_t i = 0; i < kElements; ++i) g[i] = std::sin(0.01f * i + rank + 3.0f * step);
   return g;
+}
+
+// Push-pulls steps [first, last) of a kLarge-element tensor, a gradient that changes with each
+// step; the weights land in `w`.
+void TrainLarge(Client& client, TensorId id, uint64_t first, uint64_t last, std::vector<float>& w) {
+  for (uint64_t step = first; step < last; ++step) {
+    std::vector<float> g(kLarge);
+    for (uint64_t i = 0; i < kLarge; ++i) g[i] = std::sin(0.01f * i + 3.0f * step);
+    const absl::Status status = client.PushPull(id, g, absl::MakeSpan(w), step).Wait();
+    ASSERT_TRUE(status.ok()) << "step " << step << ": " << status;
+  }
 }
 
 void ExpectSameState(Client& client, TensorId id, const char* what) {
@@ -159,19 +171,9 @@ TEST_P(ClientReplicationTest, BackupsHoldExactlyWhatTheirPrimariesHold) {
 // training ends exactly as one with no shard lost: no acknowledged step is lost, none is
 // applied twice.
 TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTrainingGoesOn) {
-  constexpr uint64_t kLarge = 3000;  // 12 partitions over the 3 shards
   TensorSpec spec = testing::Spec("w", kLarge);
   spec.optimizer = {"adam", {{"lr", 0.01}}};
   spec.init = Initializer::Uniform(-1, 1, 3);
-  auto train = [&](Client& client, TensorId id, uint64_t first, uint64_t last,
-                   std::vector<float>& w) {
-    for (uint64_t step = first; step < last; ++step) {
-      std::vector<float> g(kLarge);
-      for (uint64_t i = 0; i < kLarge; ++i) g[i] = std::sin(0.01f * i + 3.0f * step);
-      const absl::Status status = client.PushPull(id, g, absl::MakeSpan(w), step).Wait();
-      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status;
-    }
-  };
   // The same training on a cluster that loses nothing.
   auto reference_cluster = testing::TestCluster::Start(GetParam(), 3, 1);
   ASSERT_TRUE(reference_cluster.ok()) << reference_cluster.status();
@@ -179,7 +181,7 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
   ASSERT_TRUE(reference_client.ok());
   std::vector<float> expected(kLarge);
   TensorId reference_id = *(*reference_client)->Declare(spec);
-  ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 0, 6, expected));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(**reference_client, reference_id, 0, 6, expected));
 
   StartReplicated(3, 1);
   ClientOptions options = cluster_->ClientOptionsFor(0);
@@ -191,7 +193,7 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
   absl::StatusOr<TensorId> id = c0_->Declare(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> w(kLarge);
-  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 0, 3, w));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(*c0_, *id, 0, 3, w));
   const uint64_t served_by_2 = cluster_->shard(2).Stats().num_partitions();
   std::map<std::string, double> before =
       testing::ScrapeSamples(cluster_->shard(2).metrics_address());
@@ -204,7 +206,7 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
             1);
 
   cluster_->shard(1).Shutdown();
-  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 3, 6, w));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(*c0_, *id, 3, 6, w));
   EXPECT_EQ(w, expected);  // bitwise
   // Shard 2 serves shard 1's partitions now, from what were its backups.
   const hetps::v1::StatsResponse stats = cluster_->shard(2).Stats();
@@ -225,41 +227,31 @@ TEST_P(ClientReplicationTest, WhenAShardIsGoneItsBackupServesItsPartitionsAndTra
 // about to be): it reaches every partition that serves, at the step it names, and training
 // ends exactly as on a cluster that lost nothing.
 TEST_P(ClientReplicationTest, AHyperparameterChangeWhileAShardIsGoneReachesEveryPartition) {
-  constexpr uint64_t kLarge = 3000;  // 12 partitions over the 3 shards
   TensorSpec spec = testing::Spec("w", kLarge);
   spec.optimizer = {"adam", {{"lr", 0.01}}};
   spec.init = Initializer::Uniform(-1, 1, 3);
-  auto train = [&](Client& client, TensorId id, uint64_t first, uint64_t last,
-                   std::vector<float>& w) {
-    for (uint64_t step = first; step < last; ++step) {
-      std::vector<float> g(kLarge);
-      for (uint64_t i = 0; i < kLarge; ++i) g[i] = std::cos(0.01f * i + 2.0f * step);
-      const absl::Status status = client.PushPull(id, g, absl::MakeSpan(w), step).Wait();
-      ASSERT_TRUE(status.ok()) << "step " << step << ": " << status;
-    }
-  };
   auto reference_cluster = testing::TestCluster::Start(GetParam(), 3, 1);
   ASSERT_TRUE(reference_cluster.ok()) << reference_cluster.status();
   auto reference_client = (*reference_cluster)->NewClient(0);
   ASSERT_TRUE(reference_client.ok());
   std::vector<float> expected(kLarge);
   TensorId reference_id = *(*reference_client)->Declare(spec);
-  ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 0, 3, expected));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(**reference_client, reference_id, 0, 3, expected));
   ASSERT_TRUE((*reference_client)->SetHyperparameters(reference_id, 4, {{"lr", 0.002}}).ok());
-  ASSERT_NO_FATAL_FAILURE(train(**reference_client, reference_id, 3, 7, expected));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(**reference_client, reference_id, 3, 7, expected));
 
   StartReplicated(3, 1);
   c0_ = NewClient(0);
   absl::StatusOr<TensorId> id = c0_->Declare(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> w(kLarge);
-  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 0, 3, w));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(*c0_, *id, 0, 3, w));
   cluster_->shard(1).Shutdown();
   const absl::Time start = absl::Now();
   const absl::Status changed = c0_->SetHyperparameters(*id, 4, {{"lr", 0.002}});
   ASSERT_TRUE(changed.ok()) << changed;
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  ASSERT_NO_FATAL_FAILURE(train(*c0_, *id, 3, 7, w));
+  ASSERT_NO_FATAL_FAILURE(TrainLarge(*c0_, *id, 3, 7, w));
   EXPECT_EQ(w, expected);  // bitwise
 }
 
@@ -268,7 +260,6 @@ TEST_P(ClientReplicationTest, AHyperparameterChangeWhileAShardIsGoneReachesEvery
 // of -1 counts them: each applied push adds 1 to every weight), none twice though the ones in
 // flight when the shard went are sent again to the shard that took over.
 TEST_P(ClientReplicationTest, AspEveryAcknowledgedPushCountsExactlyOnceAcrossAFailover) {
-  constexpr uint64_t kLarge = 3000;  // 12 partitions over the 3 shards
   constexpr int kPushes = 200;
   StartReplicated(3, 2);
   c0_ = NewClient(0);
