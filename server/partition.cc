@@ -11,29 +11,10 @@
 #include "common/cycle_clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "server/blocked_update.h"
 #include "server/request_util.h"
 
 namespace hetps::server {
-namespace {
-
-// The same update restricted to elements [begin, end).
-UpdateArgs Slice(const UpdateArgs& args, size_t begin, size_t end,
-                 std::vector<const float*>& gradients, std::vector<float*>& state) {
-  UpdateArgs slice = args;
-  slice.weights_in = args.weights_in + begin;
-  slice.weights_out = args.weights_out + begin;
-  slice.size = end - begin;
-  gradients.clear();
-  for (const float* g : args.gradients) gradients.push_back(g + begin);
-  state.clear();
-  for (float* s : args.state) state.push_back(s + begin);
-  if (args.gradient_sum_out != nullptr) slice.gradient_sum_out = args.gradient_sum_out + begin;
-  slice.gradients = gradients;
-  slice.state = state;
-  return slice;
-}
-
-}  // namespace
 
 uint64_t Partition::BookkeepingBytes(uint32_t num_workers) {
   // The object, its heap-allocated members' headers, and per-worker state that lives as long
@@ -77,21 +58,36 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
 absl::StatusOr<Partition::HeldGradient> Partition::Hold(FloatFormat format,
                                                         transport::Payload gradient) {
   HeldGradient held;
-  if (format == FloatFormat::kFp32 && gradient.segments().size() == 1 &&
-      reinterpret_cast<uintptr_t>(gradient.segments()[0].data()) % alignof(float) == 0) {
-    held.data = reinterpret_cast<const float*>(gradient.segments()[0].data());
-    held.payload = std::move(gradient);
+  held.held = true;
+  held.format = format;
+  held.payload = std::move(gradient);
+  const auto& segments = held.payload.segments();
+  const bool whole =
+      segments.size() == 1 && reinterpret_cast<uintptr_t>(segments[0].data()) % alignof(float) == 0;
+  if (whole && format == FloatFormat::kFp32) {
+    held.data = reinterpret_cast<const float*>(segments[0].data());
     return held;
   }
+  // Apply widens 16-bit values in one piece as it goes. Scattered ones are gathered here, in
+  // one pass; a replicated partition forwards fp32 values, so widens them once, here too.
+  if (whole && !replicated()) return held;
+  HETPS_RETURN_IF_ERROR(Widen(held));
+  return held;
+}
+
+absl::Status Partition::Widen(HeldGradient& held) {
+  if (held.data != nullptr) return absl::OkStatus();
   if (!spare_buffers_.empty()) {
     held.copy = std::move(spare_buffers_.back());
     spare_buffers_.pop_back();
   } else {
     HETPS_ASSIGN_OR_RETURN(held.copy, AlignedBuffer::Allocate(config_.range.size));
   }
-  gradient.ConvertTo(0, format, held.copy.data(), FloatFormat::kFp32, config_.range.size);
+  held.payload.ConvertTo(0, held.format, held.copy.data(), FloatFormat::kFp32, config_.range.size);
+  held.payload = transport::Payload();
+  held.format = FloatFormat::kFp32;
   held.data = held.copy.data();
-  return held;
+  return absl::OkStatus();
 }
 
 void Partition::Release(HeldGradient& gradient) {
@@ -135,8 +131,7 @@ absl::StatusOr<uint64_t> Partition::PushAsp(const PushOrigin& origin, FloatForma
   HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(format, std::move(gradient)));
   if (new_run) run = WorkerRun{origin.incarnation, ReplayWindow()};
   run.applied.Mark(origin.sequence);
-  const float* gradients[] = {held.data};
-  Apply(gradients);
+  Apply(absl::MakeConstSpan(&held, 1));
   if (replicated()) {
     hetps::v1::ReplicatedChange change;
     change.set_kind(hetps::v1::CHANGE_KIND_ASP_PUSH);
@@ -172,14 +167,14 @@ absl::StatusOr<uint64_t> Partition::PushBsp(const PushOrigin& origin, FloatForma
     pending.gradients.resize(config_.num_workers);
   }
   HeldGradient& slot = pending.gradients[origin.rank];
-  if (slot.data != nullptr && !new_run) return step + 1;  // a retry
+  if (slot.held && !new_run) return step + 1;  // a retry
   absl::StatusOr<HeldGradient> held = Hold(format, std::move(gradient));
   if (!held.ok()) {
     if (pending.received == 0) steps_.erase(step);
     return held.status();
   }
   run.incarnation = origin.incarnation;
-  if (slot.data != nullptr) {
+  if (slot.held) {
     Release(slot);  // a new run's gradient replaces the one its predecessor left
   } else {
     ++pending.received;
@@ -194,8 +189,7 @@ void Partition::ApplyCompleteSteps() {
   for (auto it = steps_.find(version());
        it != steps_.end() && it->second.received == config_.num_workers;
        it = steps_.find(version())) {
-    absl::InlinedVector<const float*, 8> gradients;
-    for (const HeldGradient& held : it->second.gradients) gradients.push_back(held.data);
+    const std::vector<HeldGradient>& gradients = it->second.gradients;
     if (!replicated()) {
       Apply(gradients);
     } else {
@@ -247,7 +241,7 @@ const Optimizer& Partition::OptimizerForNextStep() {
   return *schedule_.front().second;
 }
 
-void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_sum_out) {
+void Partition::Apply(absl::Span<const HeldGradient> gradients, float* gradient_sum_out) {
   // Pulls being sent still refer to the current buffer: then write the new weights into a fresh
   // one instead of in place. Only this thread adds references, so use_count() == 1 is exclusive.
   std::shared_ptr<AlignedBuffer> out = weights_;
@@ -268,29 +262,49 @@ void Partition::Apply(absl::Span<const float* const> gradients, float* gradient_
     // A checkpointed partition keeps the buffer it leaves for the next copy on write.
     if (config_.checkpoint && out != weights_) spare_weights_ = weights_;
   }
-  UpdateArgs args;
-  args.weights_in = weights_->data();
-  args.weights_out = out->data();
-  args.gradients = gradients;
-  args.state = state_slots_;
-  args.size = config_.range.size;
-  args.step = version();
-  args.gradient_sum_out = gradient_sum_out;
-  const Optimizer& optimizer = OptimizerForNextStep();
+  absl::InlinedVector<GradientSource, 8> sources;
+  for (const HeldGradient& held : gradients) {
+    const uint16_t* narrow =
+        held.data != nullptr ? nullptr
+                             : reinterpret_cast<const uint16_t*>(held.payload.segments()[0].data());
+    sources.push_back(GradientSource{held.data, narrow, held.format});
+  }
+  BlockedUpdate update;
+  update.rule = &OptimizerForNextStep();
+  update.args.weights_in = weights_->data();
+  update.args.weights_out = out->data();
+  update.args.state = state_slots_;
+  update.args.size = config_.range.size;
+  update.args.step = version();
+  update.args.gradient_sum_out = gradient_sum_out;
+  update.gradients = sources;
+  if (wire_format_ != FloatFormat::kFp32) {
+    update.narrow_format = wire_format_;
+    update.narrow_out = PrepareWireCopy(wire_format_, version() + 1);
+  }
   const int64_t start = config_.apply_duration != nullptr ? CycleClock::Now() : 0;
-  if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
+  if (config_.kernel_pool != nullptr && update.args.size >= kParallelElements) {
     config_.kernel_pool->ParallelFor(
-        args.size, kPartitionAlignElements, [&](size_t begin, size_t end) {
-          std::vector<const float*> slice_gradients;
-          std::vector<float*> slice_state;
-          optimizer.Update(Slice(args, begin, end, slice_gradients, slice_state));
-        });
+        update.args.size, kPartitionAlignElements,
+        [&update](size_t begin, size_t end) { UpdateRange(update, begin, end); });
   } else {
-    optimizer.Update(args);
+    UpdateRange(update, 0, update.args.size);
   }
   if (start != 0) config_.apply_duration->ObserveTicks(CycleClock::Now() - start);
   weights_ = std::move(out);
   version_.store(version() + 1, std::memory_order_release);
+}
+
+uint16_t* Partition::PrepareWireCopy(FloatFormat format, uint64_t version) {
+  WireCopy& copy = format == FloatFormat::kBf16 ? bf16_ : fp16_;
+  if (copy.values == nullptr || copy.values.use_count() > 1) {
+    // A pull still sends the last copy (or there is none): a buffer of its own, uninitialised.
+    copy.values.reset(new uint16_t[config_.range.size]);
+  } else {
+    std::atomic_thread_fence(std::memory_order_acquire);  // the sender's last read is done
+  }
+  copy.version = version;
+  return copy.values.get();
 }
 
 absl::Status Partition::Reschedule(uint64_t from_version,
@@ -329,15 +343,14 @@ WeightsSnapshot Partition::Snapshot(FloatFormat format) {
     const AlignedBuffer& weights = *weights_;
     return {transport::Payload::Shared(transport::AsBytes(weights.span()), weights_), version()};
   }
+  wire_format_ = format;
   WireCopy& copy = format == FloatFormat::kBf16 ? bf16_ : fp16_;
   if (copy.values == nullptr || copy.version != version()) {
-    auto values = std::make_shared<std::vector<uint16_t>>(config_.range.size);
-    ConvertFloats(weights_->data(), FloatFormat::kFp32, values->data(), format, config_.range.size);
-    copy = WireCopy{version(), std::move(values)};
+    uint16_t* values = PrepareWireCopy(format, version());
+    ConvertFloats(weights_->data(), FloatFormat::kFp32, values, format, config_.range.size);
   }
-  return {transport::Payload::Shared(transport::AsBytes(absl::MakeConstSpan(*copy.values)),
-                                     copy.values),
-          version()};
+  const auto bytes = transport::AsBytes(absl::MakeConstSpan(copy.values.get(), config_.range.size));
+  return {transport::Payload::Shared(bytes, copy.values), version()};
 }
 
 void Partition::CheckpointIfDue() {
@@ -541,7 +554,12 @@ uint64_t Partition::Digest() const {
     if (it == steps_.end()) continue;
     add(&step, sizeof(step));
     for (const HeldGradient& held : it->second.gradients) {
-      if (held.data != nullptr) add(held.data, config_.range.size * sizeof(float));
+      if (held.data != nullptr) {
+        add(held.data, config_.range.size * sizeof(float));
+      } else if (held.held) {
+        const std::string bytes = held.payload.ToString();
+        add(bytes.data(), bytes.size());
+      }
     }
   }
   return hash;
@@ -563,7 +581,7 @@ std::string Partition::DescribeWait(uint64_t min_version) const {
   std::vector<uint32_t> missing;
   auto step = steps_.find(now);
   for (uint32_t rank = 0; rank < config_.num_workers; ++rank) {
-    if (step == steps_.end() || step->second.gradients[rank].data == nullptr) {
+    if (step == steps_.end() || !step->second.gradients[rank].held) {
       missing.push_back(rank);
     }
   }

@@ -223,12 +223,14 @@ class Partition {
   uint64_t Digest() const;
 
  private:
-  // A gradient kept for a BSP step: the received bytes themselves when they are one aligned
-  // piece of fp32, otherwise an fp32 copy.
+  // A gradient kept until it is applied: the received bytes themselves when they are one
+  // aligned piece (16-bit ones are widened as they are applied), otherwise an fp32 copy.
   struct HeldGradient {
     transport::Payload payload;
     AlignedBuffer copy;
-    const float* data = nullptr;
+    const float* data = nullptr;              // fp32 values; null while `payload` holds 16-bit ones
+    FloatFormat format = FloatFormat::kFp32;  // of `payload`
+    bool held = false;
   };
   struct Step {
     std::vector<HeldGradient> gradients;  // by rank
@@ -250,7 +252,7 @@ class Partition {
   // The weights in a 16-bit format, converted for one version.
   struct WireCopy {
     uint64_t version = 0;
-    std::shared_ptr<const std::vector<uint16_t>> values;
+    std::shared_ptr<uint16_t[]> values;
   };
 
   Partition(const Config& config, AlignedBuffer weights, AlignedBuffer state);
@@ -260,10 +262,16 @@ class Partition {
   absl::StatusOr<uint64_t> PushBsp(const PushOrigin& origin, FloatFormat format,
                                    transport::Payload gradient);
   absl::StatusOr<HeldGradient> Hold(FloatFormat format, transport::Payload gradient);
+  // Gives a held gradient its fp32 values (a copy of 16-bit or scattered bytes).
+  absl::Status Widen(HeldGradient& held);
   void Release(HeldGradient& gradient);
   // Runs the optimizer on the gradients (summed in the order given; the sum goes to
-  // `gradient_sum_out` too if given) and bumps the version.
-  void Apply(absl::Span<const float* const> gradients, float* gradient_sum_out = nullptr);
+  // `gradient_sum_out` too if given) and bumps the version. Writes the new weights' 16-bit copy
+  // in the same pass when the last pull took one.
+  void Apply(absl::Span<const HeldGradient> gradients, float* gradient_sum_out = nullptr);
+  // The buffer for the 16-bit copy of version `version` in `format`: the current one when no
+  // pull still sends it, else a fresh one.
+  uint16_t* PrepareWireCopy(FloatFormat format, uint64_t version);
   // The fp32 values a held gradient points to, as a payload that keeps them (the held
   // gradient gives up its copy).
   transport::Payload KeepValues(HeldGradient& held);
@@ -306,6 +314,8 @@ class Partition {
   std::vector<AlignedBuffer> spare_buffers_;  // reused gradient copies
   std::vector<Waiter> waiters_;
   WireCopy bf16_, fp16_;
+  // The 16-bit format the last pull took (kFp32: none), which Apply writes ahead.
+  FloatFormat wire_format_ = FloatFormat::kFp32;
   std::vector<uint64_t> checkpoint_at_;  // versions CheckpointAt asked for, not reached yet
   uint64_t captured_ = ~uint64_t{0};     // the version last handed to Config::checkpoint
   // Replication (primary): changes made, those the backup confirmed, and the version then;

@@ -1,6 +1,7 @@
 // Replication at the partition level (--replicas 2): a primary's queue of changes for its
 // backup and the acknowledgements that wait for them; a backup applying its primary's changes.
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,11 @@ void Partition::AckWhenReplicated(uint64_t min_version, std::shared_ptr<PendingR
 }
 
 transport::Payload Partition::KeepValues(HeldGradient& held) {
+  if (absl::Status widened = Widen(held); !widened.ok()) {
+    // As a failed operator new would: the shard's reservation counts this buffer.
+    LogError("partition %d: %s", config_.index, widened.ToString());
+    std::abort();
+  }
   const auto bytes = transport::AsBytes(absl::MakeConstSpan(held.data, config_.range.size));
   if (held.copy.size() == 0) return held.payload;
   auto owned = std::make_shared<AlignedBuffer>(std::move(held.copy));
@@ -195,8 +201,7 @@ absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& chang
         if (run.rank() < runs_.size()) runs_[run.rank()].incarnation = run.incarnation();
       }
       HETPS_ASSIGN_OR_RETURN(HeldGradient held, Hold(FloatFormat::kFp32, std::move(bytes)));
-      const float* gradients[] = {held.data};
-      Apply(gradients);
+      Apply(absl::MakeConstSpan(&held, 1));
       Release(held);
       return absl::OkStatus();
     }

@@ -74,16 +74,43 @@ void Payload::ConvertTo(size_t offset, FloatFormat from, void* out, FloatFormat 
     CopyTo(offset, absl::Span<uint8_t>(static_cast<uint8_t*>(out), count * BytesPerElement(to)));
     return;
   }
-  // Whole elements are gathered into a small buffer, since a segment may end inside one.
+  // One pass over the pieces: small ones (as gRPC's slices can be) are gathered into a buffer
+  // and converted a chunk at a time; a large aligned piece met with the buffer empty is
+  // converted where it lies. Elements may be split between pieces.
+  const size_t in_size = BytesPerElement(from);
+  const size_t out_size = BytesPerElement(to);
   constexpr size_t kChunk = 2048;
   alignas(64) uint8_t chunk[kChunk * 4];
-  const size_t in_size = BytesPerElement(from);
+  const size_t chunk_bytes = kChunk * in_size;
+  size_t filled = 0;
   uint8_t* dst = static_cast<uint8_t*>(out);
-  for (size_t done = 0; done < count; done += kChunk) {
-    const size_t n = std::min(kChunk, count - done);
-    CopyTo(offset + done * in_size, absl::Span<uint8_t>(chunk, n * in_size));
-    ConvertFloats(chunk, from, dst + done * BytesPerElement(to), to, n);
-  }
+  auto convert = [&](const uint8_t* src, size_t n) {
+    ConvertFloats(src, from, dst, to, n);
+    dst += n * out_size;
+  };
+  ForEachPiece(offset, count * in_size, [&](ByteSpan piece) {
+    const uint8_t* src = piece.data();
+    size_t left = piece.size();
+    while (left > 0) {
+      if (filled == 0 && left >= chunk_bytes && reinterpret_cast<uintptr_t>(src) % in_size == 0) {
+        const size_t whole = left / in_size;
+        convert(src, whole);
+        src += whole * in_size;
+        left -= whole * in_size;
+        continue;
+      }
+      const size_t take = std::min(left, chunk_bytes - filled);
+      std::memcpy(chunk + filled, src, take);
+      filled += take;
+      src += take;
+      left -= take;
+      if (filled == chunk_bytes) {
+        convert(chunk, kChunk);
+        filled = 0;
+      }
+    }
+  });
+  convert(chunk, filled / in_size);  // the request ends on an element boundary
 }
 
 Payload Payload::Subrange(size_t offset, size_t length) const {

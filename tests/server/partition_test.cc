@@ -1,9 +1,11 @@
 #include "server/partition.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -11,6 +13,7 @@
 #include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
+#include "server/blocked_update.h"
 
 namespace hetps::server {
 namespace {
@@ -295,6 +298,72 @@ TEST_F(PartitionTest, SixteenBitPullsAreConvertedOncePerVersion) {
   EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f - 0.1f));
   first.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
   EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f));  // the earlier snapshot is untouched
+}
+
+// 16-bit pushes are widened block by block as the rule runs, and the 16-bit copy pulls take is
+// written in the same pass: bit for bit what widening first and narrowing after gives, over many
+// blocks, a piece split across fragments, and a range spread over the kernel pool.
+TEST_F(PartitionTest, SixteenBitStepsAcrossBlocksEqualWideningFirst) {
+  const size_t n = Partition::kParallelElements + 3 * kUpdateBlockElements + 123;
+  ThreadPool pool(2, "test-kernels");
+  const OptimizerParams adam = {{"lr", 0.01}};
+  auto fused = Make(hetps::v1::SYNC_MODE_BSP, 2, n, 0.5f, "adam", adam, &pool);
+  auto reference = Make(hetps::v1::SYNC_MODE_BSP, 2, n, 0.5f, "adam", adam);
+  std::vector<uint16_t> bf16(n);
+  std::vector<float> widened(n);
+  for (uint64_t step = 0; step < 2; ++step) {
+    // A 16-bit pull before each step: the partition keeps a bf16 copy from then on.
+    fused->Snapshot(FloatFormat::kBf16);
+    for (uint32_t rank = 0; rank < 2; ++rank) {
+      for (size_t i = 0; i < n; ++i) {
+        bf16[i] = Fp32ToBf16(std::sin(static_cast<float>(i * (rank + 1) + step)));
+        widened[i] = Bf16ToFp32(bf16[i]);
+      }
+      std::vector<std::string> storage;
+      Payload wire = rank == 0 ? Payload::Copy(AsBytes(absl::MakeConstSpan(bf16)))
+                               : Fragmented(bf16, &storage);
+      ASSERT_TRUE(fused->Push({rank, kRun, step, 0}, FloatFormat::kBf16, std::move(wire)).ok());
+      ASSERT_TRUE(reference
+                      ->Push({rank, kRun, step, 0}, FloatFormat::kFp32,
+                             Payload::Copy(AsBytes(absl::MakeConstSpan(widened))))
+                      .ok());
+    }
+  }
+  const std::vector<float> got = Read(*fused), want = Read(*reference);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(float)));
+  EXPECT_NE(got[n - 1], 0.5f);
+  WeightsSnapshot narrow = fused->Snapshot(FloatFormat::kBf16);
+  EXPECT_EQ(narrow.version, 2u);
+  std::vector<uint16_t> pulled(n), expected(n);
+  narrow.bytes.CopyTo(0, transport::AsWritableBytes(absl::MakeSpan(pulled)));
+  for (size_t i = 0; i < n; ++i) expected[i] = Fp32ToBf16(want[i]);
+  EXPECT_EQ(pulled, expected);
+}
+
+// The 16-bit copy is rewritten in place only when no pull still sends it.
+TEST_F(PartitionTest, SixteenBitCopyBeingSentIsNotOverwritten) {
+  auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 32, 1.0f);
+  std::vector<float> g(32, 1.0f);
+  Payload gradient = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
+  auto first_value = [](const WeightsSnapshot& snapshot) {
+    uint16_t value;
+    snapshot.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
+    return Bf16ToFp32(value);
+  };
+  WeightsSnapshot sending = partition->Snapshot(FloatFormat::kBf16);
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, gradient).ok());
+  EXPECT_FLOAT_EQ(first_value(sending), 1.0f);  // still being sent: untouched
+  WeightsSnapshot next = partition->Snapshot(FloatFormat::kBf16);
+  EXPECT_NE(next.bytes.segments()[0].data(), sending.bytes.segments()[0].data());
+  EXPECT_FLOAT_EQ(first_value(next), 0.8984375f);  // bf16(0.9)
+  const uint8_t* sent_from = next.bytes.segments()[0].data();
+  sending = WeightsSnapshot();
+  next = WeightsSnapshot();  // both sent: the next step writes its copy into the same memory
+  ASSERT_TRUE(partition->Push({0, kRun, 0, 2}, FloatFormat::kFp32, gradient).ok());
+  WeightsSnapshot last = partition->Snapshot(FloatFormat::kBf16);
+  EXPECT_EQ(last.version, 2u);
+  EXPECT_EQ(last.bytes.segments()[0].data(), sent_from);
+  EXPECT_FLOAT_EQ(first_value(last), 0.80078125f);  // bf16(0.8)
 }
 
 TEST_F(PartitionTest, RescheduledHyperparametersApplyFromTheirVersion) {

@@ -162,10 +162,12 @@ transport::Payload GradientPayload(const Piece& piece) {
     return transport::Payload::Borrow(
         transport::ByteSpan(static_cast<const uint8_t*>(piece.gradient), bytes));
   }
-  auto converted = std::make_shared<std::vector<uint8_t>>(bytes);
-  ConvertFloats(piece.gradient, piece.gradient_format, converted->data(), piece.push_format,
+  // Uninitialised: the conversion writes every byte.
+  std::shared_ptr<uint8_t[]> converted(new uint8_t[bytes]);
+  ConvertFloats(piece.gradient, piece.gradient_format, converted.get(), piece.push_format,
                 piece.elements);
-  return transport::Payload::Shared(transport::ByteSpan(converted->data(), bytes), converted);
+  const transport::ByteSpan span(converted.get(), bytes);
+  return transport::Payload::Shared(span, std::move(converted));
 }
 
 hetps::v1::HelloRequest MakeHello(const ClientOptions& options, uint32_t shard, uint32_t num_shards,
