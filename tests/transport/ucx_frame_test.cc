@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -13,6 +14,7 @@
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/ucx/ucx_server.h"
+#include "transport/ucx/ucx_worker.h"
 
 namespace hetps::transport::ucx_internal {
 namespace {
@@ -202,6 +204,31 @@ TEST_F(BootstrapTest, ABootstrapIsAnsweredOnlyToAdmittedConnections) {
   crafted.set_greeting("stranger");
   EXPECT_EQ(Bootstrap(crafted).status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_FALSE(ServerAddress().empty());
+}
+
+// Pieces that follow each other in memory go to UCX as one contiguous buffer (its zero-copy
+// rendezvous); the rest as an IOV of what is left after merging.
+TEST(UcxPiecesTest, AdjacentPiecesAreMergedIntoOneBuffer) {
+  uint8_t memory[100];
+  std::vector<ucp_dt_iov_t> adjacent = {{memory, 10}, {memory + 10, 30}, {memory + 40, 60}};
+  UcxBuffer whole = DescribePieces(absl::MakeSpan(adjacent));
+  EXPECT_EQ(whole.datatype, ucp_dt_make_contig(1));
+  EXPECT_EQ(whole.buffer, memory);
+  EXPECT_EQ(whole.count, 100u);
+
+  std::vector<ucp_dt_iov_t> gap = {
+      {memory, 10}, {memory + 10, 10}, {memory + 50, 20}, {memory + 70, 5}};
+  UcxBuffer two = DescribePieces(absl::MakeSpan(gap));
+  EXPECT_EQ(two.datatype, ucp_dt_make_iov());
+  ASSERT_EQ(two.count, 2u);
+  const auto* pieces = static_cast<const ucp_dt_iov_t*>(two.buffer);
+  EXPECT_EQ(pieces[0].buffer, memory);
+  EXPECT_EQ(pieces[0].length, 20u);
+  EXPECT_EQ(pieces[1].buffer, memory + 50);
+  EXPECT_EQ(pieces[1].length, 25u);
+
+  std::vector<ucp_dt_iov_t> none;
+  EXPECT_EQ(DescribePieces(absl::MakeSpan(none)).count, 0u);
 }
 
 }  // namespace

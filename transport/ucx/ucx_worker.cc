@@ -366,6 +366,16 @@ Payload UcxWorker::Buffer(size_t bytes, uint8_t** data) {
 }
 
 UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
+  size_t merged = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    ucp_dt_iov_t& last = pieces[merged == 0 ? 0 : merged - 1];
+    if (merged > 0 && static_cast<uint8_t*>(last.buffer) + last.length == pieces[i].buffer) {
+      last.length += pieces[i].length;
+    } else {
+      pieces[merged++] = pieces[i];
+    }
+  }
+  pieces = pieces.first(merged);
   if (pieces.empty()) return {ucp_dt_make_contig(1), nullptr, 0};
   if (pieces.size() == 1) return {ucp_dt_make_contig(1), pieces[0].buffer, pieces[0].length};
   return {ucp_dt_make_iov(), pieces.data(), pieces.size()};

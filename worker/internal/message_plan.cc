@@ -9,9 +9,13 @@ std::vector<PlannedMessage> PackMessages(std::vector<std::vector<Piece>> pieces_
   std::vector<std::vector<PlannedMessage>> by_shard(pieces_by_shard.size());
   for (uint32_t shard = 0; shard < pieces_by_shard.size(); ++shard) {
     std::vector<PlannedMessage>& messages = by_shard[shard];
+    bool last_takes_more = false;  // whether the last message may take more pieces
     for (Piece& piece : pieces_by_shard[shard]) {
-      const bool fits = !messages.empty() && messages.back().bytes + piece.bytes <= max_bytes &&
+      const bool alone = piece.bytes >= kPieceAloneBytes;
+      const bool fits = last_takes_more && !alone &&
+                        messages.back().bytes + piece.bytes <= max_bytes &&
                         messages.back().pieces.size() < kMaxItemsPerMessage;
+      last_takes_more = !alone;
       if (!fits) messages.push_back(PlannedMessage{shard, 0, {}});
       messages.back().bytes += piece.bytes;
       messages.back().pieces.push_back(piece);
