@@ -187,7 +187,9 @@ void Shard::ManageGroup(uint32_t group, GroupRecord record) {
     return;
   }
   if (record.backup != static_cast<int64_t>(me) || lease_ == nullptr) return;
-  if (record.backup_lease == 0 && fresh_member_.load()) {
+  // Registered first: a primary that finds a backup's lease in the record but the backup not
+  // registered takes it for gone (at the start, this watcher runs before Register).
+  if (record.backup_lease == 0 && fresh_member_.load() && serving_.load()) {
     // Named at the job's start, with copies complete since: this run's lease makes it so.
     GroupRecord named = record;
     named.backup_lease = lease_->id();
