@@ -1,32 +1,46 @@
 #!/bin/bash
-# hetps over UCX against raw UCX, in one run, with the same CPU pinning: the server side (a
-# ps-server shard, or ucx_perftest's responder) on one CPU, the client side (ps-bench, or
-# ucx_perftest's initiator) on another. Both over shared memory (UCX's choice between two local
-# processes) and over TCP (UCX_TLS=tcp), and in both wait modes: sleeping when idle (hetps's
-# default; ucx_perftest -E sleep) and busy polling (--ucx_busy_poll; ucx_perftest -E poll).
+# hetps over UCX against raw UCX at every size, in one run, with the same CPU pinning: the server
+# side (a ps-server shard, ucx-pingpong's responder, ucx_perftest's responder) on one CPU, the
+# client side (ps-bench, the initiators) on another. Over shared memory (UCX's choice between two
+# local processes) and over TCP (UCX_TLS=tcp); hetps in both wait modes: sleeping when idle
+# (hetps's default) and busy polling (--ucx_busy_poll).
 #
-# Prints, per transport and mode, the medians over the rounds of
-#   raw UCX AM round trip p50 (ucx_perftest ucp_am_lat reports half of it; doubled here),
-#   hetps 4 KiB push+pull p50 (ps-bench), and their ratio;
-#   raw UCX AM bandwidth at 64 MiB (ucp_am_bw), hetps 64 MiB push+pull throughput (bytes both
-#   ways over the time), and their ratio;
-#   busy polling only: the raw round trip with the payload delivered (ucx-pingpong: each side
-#   copies what it receives into its own buffer, as a receiver that keeps the bytes must;
-#   ucx_perftest's receiver never reads them), and hetps's ratio to it.
+# Latency, per transport and size (4 KiB to 64 MiB, x4 steps), medians over the rounds:
+#   raw untouched  ucx-pingpong's AM round trip whose receiver never reads the payload (what
+#                  ucx_perftest -t ucp_am_lat measures, x2);
+#   raw delivered  ucx-pingpong's round trip with the payload copied into each receiver's own
+#                  buffer (past UCX's rendezvous threshold both kinds deliver): the yardstick, what
+#                  moving the bytes each way costs a receiver that keeps them; and its spread over
+#                  the rounds (the largest round's p50 over the smallest: the machine's noise);
+#   hetps p50      ps-bench push+pull p50 against one shard, per wait mode, its ratio to the
+#                  delivered round trip (target <= 1.3), and its spread (each round is a fresh
+#                  pair of processes, so a size that is fast in some processes and slow in others
+#                  shows here, above the raw spread).
+# Bandwidth, 16 MiB and 64 MiB: ucx_perftest -t ucp_am_bw (streamed, busy polling) against
+# hetps's push+pull throughput (both directions' bytes over the time, one operation in flight),
+# target >= 0.6.
 #
 #   bench/ucx_vs_raw.sh [build dir]             # e.g. build
-#   ROUNDS=5 SERVER_CPU=2 CLIENT_CPU=3 bench/ucx_vs_raw.sh build
+#   ROUNDS=5 SERVER_CPU=2 CLIENT_CPU=3 TRANSPORTS=shm bench/ucx_vs_raw.sh build
+#   PIN=0 ROUNDS=8 TRANSPORTS=shm bench/ucx_vs_raw.sh build   # hetps unpinned: where the
+#                                   # scheduler places each thread, as a co-located job runs
 #
 # Needs ucx_perftest (Debian package ucx-utils) and a build with UCX.
 set -euo pipefail
 
 BUILD="${1:-build}"
 ROUNDS="${ROUNDS:-3}"
+PIN="${PIN:-1}"
 SERVER_CPU="${SERVER_CPU:-0}"
 CLIENT_CPU="${CLIENT_CPU:-$(($(nproc) > 1 ? 1 : 0))}"
-LAT_ITERS="${LAT_ITERS:-20000}"
+TRANSPORTS="${TRANSPORTS:-shm tcp}"
+SIZE_B="${SIZE_B:-4K}"
+SIZE_E="${SIZE_E:-64M}"
+# Round trips per raw measurement: LAT_TIME_US of expected time at ~2 GB/s, within these bounds.
+LAT_TIME_US="${LAT_TIME_US:-200000}"
+LAT_ITERS_MAX="${LAT_ITERS_MAX:-20000}"
 BW_ITERS="${BW_ITERS:-40}"
-DURATION_S="${DURATION_S:-1}"
+DURATION_S="${DURATION_S:-0.5}"
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
 PINGPONG="$BUILD/bench/ucx-pingpong"
@@ -45,78 +59,116 @@ cleanup() {
 trap cleanup EXIT
 export HETPS_LOG_LEVEL=warning
 
-# perftest <env> <mode> <test> <size> <iterations>: prints the -f line's fields.
-perftest() {
-  local env="$1" mode="$2" test="$3" size="$4" iters="$5"
+bytes_of() {  # 4K -> 4096
+  awk -v s="$1" 'BEGIN { n = s + 0; u = substr(s, length(s));
+    if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824;
+    print n }'
+}
+SIZES=()
+for ((size = $(bytes_of "$SIZE_B"); size <= $(bytes_of "$SIZE_E"); size *= 4)); do SIZES+=("$size"); done
+BW_SIZES=()
+for size in 16777216 67108864; do (( size <= SIZES[-1] )) && BW_SIZES+=("$size"); done
+
+# pingpong <env> <size>: appends "size untouched_us delivered_us" to $WORK/raw.
+pingpong() {
+  local env="$1" size="$2"
+  local iters=$((LAT_TIME_US * 2000 / (size + 2000)))
+  ((iters > LAT_ITERS_MAX)) && iters=$LAT_ITERS_MAX
+  ((iters < 10)) && iters=10
+  env $env timeout 300 "$PINGPONG" --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" \
+    --size="$size" --iterations="$iters" --warmup=$((iters / 10 + 1)) |
+    awk -v size="$size" '$1 == "untouched" { u = $3 } $1 == "delivered" { d = $3 }
+                         END { print size, u, d }' >>"$WORK/raw"
+}
+
+# am_bw <env> <size>: appends "size GB/s" (ucx_perftest ucp_am_bw, busy polling) to $WORK/raw_bw.
+am_bw() {
+  local env="$1" size="$2"
   local port=$((20000 + RANDOM % 20000))
   env $env timeout 120 taskset -c "$SERVER_CPU" ucx_perftest -p "$port" >"$WORK/perftest_server.log" 2>&1 &
   SERVER_PID=$!
   sleep 0.5
-  env $env timeout 120 taskset -c "$CLIENT_CPU" ucx_perftest 127.0.0.1 -p "$port" -t "$test" \
-    -s "$size" -n "$iters" -w $((iters / 10 + 1)) -E "$mode" -f 2>"$WORK/perftest_client.log" | tail -1
+  # The -f line: iterations, latency p50 / average / overall (us), bandwidth average / overall
+  # (MiB/s), message rate average / overall.
+  env $env timeout 120 taskset -c "$CLIENT_CPU" ucx_perftest 127.0.0.1 -p "$port" -t ucp_am_bw \
+    -s "$size" -n "$BW_ITERS" -w $((BW_ITERS / 10 + 1)) -E poll -f 2>"$WORK/perftest_client.log" |
+    tail -1 | awk -v size="$size" '{ print size, $6 * 1048576 / 1e9 }' >>"$WORK/raw_bw"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
 }
 
-# hetps <env> <busy poll: true|false>: prints "p50_us_4K gbps_64M" from ps-bench's CSV.
+# hetps <env> <mode: sleep|poll>: appends "size p50_us gbps" per size to $WORK/<mode>.
 hetps() {
-  local env="$1" busy="$2"
+  local env="$1" mode="$2" busy=false
+  [[ "$mode" == poll ]] && busy=true
   rm -f "$WORK/port"
-  env $env taskset -c "$SERVER_CPU" "$PS_SERVER" --transport=ucx --port_file="$WORK/port" \
-    --ucx_busy_poll="$busy" --lifetime_s=300 >"$WORK/server.log" 2>&1 &
+  local server_pin=(taskset -c "$SERVER_CPU") client_pin=(taskset -c "$CLIENT_CPU")
+  [[ "$PIN" == 0 ]] && server_pin=() && client_pin=()
+  env $env "${server_pin[@]}" "$PS_SERVER" --transport=ucx --port_file="$WORK/port" \
+    --ucx_busy_poll="$busy" --lifetime_s=600 >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 100); do [[ -s "$WORK/port" ]] && break; sleep 0.05; done
-  env $env taskset -c "$CLIENT_CPU" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
-    --transport=ucx --ucx_busy_poll="$busy" --op=pushpull -b 4K -e 64M -f 16384 \
+  env $env "${client_pin[@]}" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
+    --transport=ucx --ucx_busy_poll="$busy" --op=pushpull -b "$SIZE_B" -e "$SIZE_E" -f 4 \
     --duration_s="$DURATION_S" --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
     { cat "$WORK/bench.log" >&2; exit 1; }
   kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-           $col["bytes"] == 4096 { p50 = $col["p50_us"] }
-           $col["bytes"] == 67108864 { gbps = $col["gbps"] }
-           END { print p50, gbps }' "$WORK/out.csv"
+           { print $col["bytes"], $col["p50_us"], $col["gbps"] }' "$WORK/out.csv" >>"$WORK/$mode"
 }
 
-# delivered <env>: the p50 round trip (us) of 4 KiB with the payload delivered, busy polling.
-delivered() {
-  env $1 timeout 120 "$PINGPONG" --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" \
-    --size=4096 --iterations="$LAT_ITERS" --warmup=$((LAT_ITERS / 10 + 1)) |
-    awk '$1 == "delivered" { print $3 }'
+# stats <file> <size> <column>: prints "median spread" of that column over the size's rows
+# (spread: largest / smallest).
+stats() {
+  awk -v size="$2" -v c="$3" '$1 == size { print $c }' "$1" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0) { print "- -"; exit }
+          printf "%s %s\n", v[int((NR + 1) / 2)], (v[1] > 0 ? v[NR] / v[1] : 0) }'
 }
 
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+human() {
+  awk -v n="$1" 'BEGIN { if (n >= 1048576) printf "%dM", n / 1048576; else printf "%dK", n / 1024 }'
+}
 
-printf '%-6s %-6s | %13s %15s %7s | %12s %14s %7s | %15s %7s\n' transport mode "raw RTT p50us" \
-  "hetps 4K p50us" ratio "raw 64M GB/s" "hetps 64M GB/s" ratio "delivered p50us" ratio
-for transport in shm tcp; do
+for transport in $TRANSPORTS; do
   env=""
   [[ "$transport" == tcp ]] && env="UCX_TLS=tcp"
-  for mode in sleep poll; do
-    busy=false
-    [[ "$mode" == poll ]] && busy=true
-    : >"$WORK/raw_rtt"; : >"$WORK/raw_bw"; : >"$WORK/ps_p50"; : >"$WORK/ps_gbps"; : >"$WORK/copy_rtt"
-    for _ in $(seq "$ROUNDS"); do
-      # Fields: iterations, latency p50 / average / overall (us), bandwidth average / overall
-      # (MiB/s), message rate average / overall.
-      perftest "$env" "$mode" ucp_am_lat 4096 "$LAT_ITERS" | awk '{ print 2 * $2 }' >>"$WORK/raw_rtt"
-      perftest "$env" "$mode" ucp_am_bw 67108864 "$BW_ITERS" |
-        awk '{ print $6 * 1048576 / 1e9 }' >>"$WORK/raw_bw"
-      [[ "$mode" == poll ]] && delivered "$env" >>"$WORK/copy_rtt"
-      read -r p50 gbps < <(hetps "$env" "$busy")
-      echo "$p50" >>"$WORK/ps_p50"
-      echo "$gbps" >>"$WORK/ps_gbps"
-    done
-    raw_rtt=$(median <"$WORK/raw_rtt"); raw_bw=$(median <"$WORK/raw_bw")
-    ps_p50=$(median <"$WORK/ps_p50"); ps_gbps=$(median <"$WORK/ps_gbps")
-    copy_rtt=$(median <"$WORK/copy_rtt")
-    awk -v t="$transport" -v m="$mode" -v rr="$raw_rtt" -v pp="$ps_p50" -v rb="$raw_bw" \
-      -v pg="$ps_gbps" -v cr="$copy_rtt" 'BEGIN {
-        printf "%-6s %-6s | %13.2f %15.2f %7.2f | %12.2f %14.2f %7.2f | ", t, m, rr, pp, pp / rr,
-               rb, pg, pg / rb
-        if (cr == "") printf "%15s %7s\n", "-", "-"; else printf "%15.2f %7.2f\n", cr, pp / cr }'
+  : >"$WORK/raw"; : >"$WORK/raw_bw"; : >"$WORK/sleep"; : >"$WORK/poll"
+  for _ in $(seq "$ROUNDS"); do
+    for size in "${SIZES[@]}"; do pingpong "$env" "$size"; done
+    for size in "${BW_SIZES[@]}"; do am_bw "$env" "$size"; done
+    hetps "$env" sleep
+    hetps "$env" poll
+  done
+  printf '%-6s %5s | %9s %9s %6s | %10s %6s %6s | %10s %6s %6s\n' transport size "raw untch" \
+    "delivered" spread "sleep p50" "x del" spread "poll p50" "x del" spread
+  for size in "${SIZES[@]}"; do
+    read -r untouched _ < <(stats "$WORK/raw" "$size" 2)
+    read -r delivered raw_spread < <(stats "$WORK/raw" "$size" 3)
+    read -r sleep_p50 sleep_spread < <(stats "$WORK/sleep" "$size" 2)
+    read -r poll_p50 poll_spread < <(stats "$WORK/poll" "$size" 2)
+    awk -v t="$transport" -v s="$(human "$size")" -v u="$untouched" -v d="$delivered" \
+      -v rs="$raw_spread" \
+      -v sp="$sleep_p50" -v ss="$sleep_spread" -v pp="$poll_p50" -v ps="$poll_spread" 'BEGIN {
+        printf "%-6s %5s | %9.2f %9.2f %6.2f | %10.2f %6.2f %6.2f | %10.2f %6.2f %6.2f\n",
+               t, s, u, d, rs, sp, sp / d, ss, pp, pp / d, ps }'
+  done
+  for size in "${BW_SIZES[@]}"; do
+    read -r raw_gbps _ < <(stats "$WORK/raw_bw" "$size" 2)
+    read -r sleep_gbps _ < <(stats "$WORK/sleep" "$size" 3)
+    read -r poll_gbps _ < <(stats "$WORK/poll" "$size" 3)
+    awk -v t="$transport" -v s="$(human "$size")" -v r="$raw_gbps" -v sg="$sleep_gbps" \
+      -v pg="$poll_gbps" 'BEGIN {
+        printf "%-6s %5s bandwidth | raw am_bw %6.2f GB/s | sleep %6.2f GB/s %5.2fx | poll %6.2f GB/s %5.2fx\n",
+               t, s, r, sg, sg / r, pg, pg / r }'
   done
 done
-echo "ratios: 4K is hetps p50 / raw round trip p50 (target <= 2.5); 64M is hetps / raw (target >= 0.6);"
-echo "        delivered: hetps p50 / raw round trip with the payload copied out on both sides"
-echo "rounds $ROUNDS, server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
+echo "x del: hetps push+pull p50 / raw round trip with the payload delivered (target <= 1.3);"
+echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every process; raw's shows"
+echo "        the machine's noise)"
+echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
+if [[ "$PIN" == 0 ]]; then
+  echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
+else
+  echo "rounds $ROUNDS, server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
+fi

@@ -383,7 +383,9 @@ absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
   listener->core_->options.max_message_bytes = options.max_message_bytes;
   listener->core_->sweeper =
       std::make_unique<internal::ConnectionSweeper>(options.shared.idle_timeout);
-  HETPS_ASSIGN_OR_RETURN(listener->core_->worker, UcxWorker::Create(options, "ucx-server"));
+  UcxOptions worker_options = options;
+  worker_options.poll_before_sleep = options.server_poll_before_sleep;
+  HETPS_ASSIGN_OR_RETURN(listener->core_->worker, UcxWorker::Create(worker_options, "ucx-server"));
   std::weak_ptr<Core> weak = listener->core_;
   UcxWorker* worker = listener->core_->worker.get();
   worker->Post([worker, weak] {

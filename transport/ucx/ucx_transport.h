@@ -36,6 +36,12 @@ struct UcxOptions {
   // Otherwise the progress thread keeps polling this long after its last event before it
   // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).
   absl::Duration poll_before_sleep = absl::Microseconds(50);
+  // A server's progress thread polls longer: once a round trip takes longer than its window,
+  // it sleeps between requests, each request wakes it, and the scheduler places the woken
+  // thread beside the thread that sent the request (on one machine, often the client that
+  // spins waiting for the answer), so the round trip stays long: a 16 KiB push+pull took 14 or
+  // 115 us, fixed for a process's life, with a 50 us window on two CPUs.
+  absl::Duration server_poll_before_sleep = absl::Milliseconds(1);
   // Payloads from this many bytes on go by rendezvous (zero-copy); 0: UCX's choice.
   size_t rndv_threshold = 0;
   // What UCX shares with gRPC (its bootstrap runs over gRPC): keepalive, idle timeout and
