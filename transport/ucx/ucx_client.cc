@@ -19,6 +19,7 @@
 #include "proto/frame.pb.h"
 #include "transport/internal/call_scope.h"
 #include "transport/internal/call_tracker.h"
+#include "transport/ucx/send_window.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport::ucx_internal {
@@ -79,6 +80,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   ucp_ep_h ep = nullptr;
   bool lanes_logged = false;
   absl::flat_hash_map<uint64_t, ResponseSink> sinks;   // by call
+  SendWindow large_sends;                              // of requests
   absl::flat_hash_map<uint64_t, Receiving> receiving;  // by call
 
   void StartBootstrap();
@@ -231,6 +233,7 @@ void ClientCore::OnProbe(absl::StatusOr<Response> response) {
 }
 
 void ClientCore::Connected(const std::string& server_address, uint64_t id) {
+  large_sends.Clear();  // nothing waiting goes to the endpoint that closes here
   if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);  // the server restarted
   ep = nullptr;
   absl::StatusOr<ucp_ep_h> created =
@@ -264,6 +267,9 @@ void ClientCore::Fail(const absl::Status& status) {
     entry.cancelled = status;
     ucp_request_cancel(worker->worker(), entry.request);
   }
+  // Their calls fail below; a send still under way ends with an error (maybe while the
+  // endpoint closes: nothing waiting may start then).
+  large_sends.Clear();
   if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);
   ep = nullptr;
   sinks.clear();
@@ -497,23 +503,40 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
   }
   // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
   // drives the rest itself, with no hand-off to the progress thread.
-  const bool posted = core_->worker->RunOrPost(
-      [core = core_, id, frame, method_header = std::move(request.header),
-       payload = std::move(request.payload), sink = std::move(request.response_sink)]() mutable {
-        if (core->ep == nullptr) {
-          core->tracker->Finish(id, absl::UnavailableError(
-                                        absl::StrCat("connection to ", core->address, " is down")));
-          return;
-        }
-        if (!sink.empty()) core->sinks[id] = std::move(sink);
-        frame.text = method_header;  // here: the task (and the string) may have moved
-        SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload),
-                  [core, id](ucs_status_t status) {
-                    if (status == UCS_OK) return;
-                    core->sinks.erase(id);
-                    core->tracker->Finish(id, UcxError("sending the request", status));
-                  });
-      });
+  const bool posted = core_->worker->RunOrPost([core = core_, id, frame,
+                                                method_header = std::move(request.header),
+                                                payload = std::move(request.payload),
+                                                sink = std::move(request.response_sink)]() mutable {
+    if (core->ep == nullptr) {
+      core->tracker->Finish(
+          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
+      return;
+    }
+    if (!sink.empty()) core->sinks[id] = std::move(sink);
+    const bool large = payload.size() >= SendWindow::kLargeBytes;
+    auto send = [core, id, large, frame, method_header = std::move(method_header),
+                 payload = std::move(payload)]() mutable {
+      if (core->ep == nullptr) {  // the connection failed while this waited
+        if (large) core->large_sends.Done();
+        core->tracker->Finish(
+            id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
+        return;
+      }
+      frame.text = method_header;  // here: the task (and the string) may have moved
+      SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload),
+                [core, id, large](ucs_status_t status) {
+                  if (large) core->large_sends.Done();
+                  if (status == UCS_OK) return;
+                  core->sinks.erase(id);
+                  core->tracker->Finish(id, UcxError("sending the request", status));
+                });
+    };
+    if (large) {
+      core->large_sends.Send(std::move(send));
+    } else {
+      send();
+    }
+  });
   if (!posted) {
     core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
   }
@@ -537,6 +560,7 @@ void UcxConnection::Shutdown() {
           absl::CancelledError(absl::StrCat("connection to ", core->address, " shut down"));
       if (entry.request != nullptr) ucp_request_cancel(core->worker->worker(), entry.request);
     }
+    core->large_sends.Clear();  // their calls failed above
     if (core->ep != nullptr) {
       UcxFrame goodbye;
       goodbye.method = kGoodbyeMethod;

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "proto/frame.pb.h"
 #include "transport/internal/server_connection.h"
+#include "transport/ucx/send_window.h"
 
 namespace hetps::transport::ucx_internal {
 
@@ -44,6 +45,7 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
     std::shared_ptr<internal::ServerConnection> connection;
     std::deque<Parked> parked;
     size_t parked_bytes = 0;
+    SendWindow large_replies;
   };
 
   RequestHandler* handler = nullptr;
@@ -68,6 +70,9 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   void MaybeUnpark(uint64_t peer);
   void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result,
              bool answers_request);
+  // Sends a reply now; `large` ones hold a place in the peer's window until sent.
+  void SendReply(uint64_t peer, uint64_t call_id, bool answers_request,
+                 absl::StatusOr<Response> result, bool large);
   void Bootstrap(Request request, ReplyCallback reply);
   void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
@@ -216,31 +221,49 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
                      result = std::move(result)]() mutable {
     auto it = core->peers.find(peer);
     if (it == core->peers.end()) return;  // the client is gone
-    UcxFrame frame;
-    frame.call_id = call_id;
-    frame.connection_id = it->second.client_connection;
-    Payload payload;
-    if (result.ok()) {
-      frame.text = result->header;
-      frame.payload_bytes = result->payload.size();
-      payload = std::move(result->payload);
-    } else {
-      frame.status_code = static_cast<int32_t>(result.status().code());
-      frame.text = result.status().message();
+    const bool large = result.ok() && result->payload.size() >= SendWindow::kLargeBytes;
+    if (!large) {
+      core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/false);
+      return;
     }
-    const size_t bytes = EncodedUcxFrameSize(frame) + payload.size();
-    std::shared_ptr<internal::ServerConnection> connection = it->second.connection;
-    connection->Answered(bytes, answers_request);
-    SendFrame(*core->worker, it->second.ep, kResponseAm, frame, std::move(payload),
-              [core, peer, connection, bytes](ucs_status_t status) {
-                if (status != UCS_OK) {
-                  LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
-                }
-                connection->Sent(bytes);
-                core->MaybeUnpark(peer);
-              });
-    core->MaybeUnpark(peer);
+    it->second.large_replies.Send(
+        [core, peer, call_id, answers_request, result = std::move(result)]() mutable {
+          core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/true);
+        });
   });
+}
+
+void UcxListener::Core::SendReply(uint64_t peer, uint64_t call_id, bool answers_request,
+                                  absl::StatusOr<Response> result, bool large) {
+  auto it = peers.find(peer);
+  if (it == peers.end()) return;  // the client is gone (with its window)
+  UcxFrame frame;
+  frame.call_id = call_id;
+  frame.connection_id = it->second.client_connection;
+  Payload payload;
+  if (result.ok()) {
+    frame.text = result->header;
+    frame.payload_bytes = result->payload.size();
+    payload = std::move(result->payload);
+  } else {
+    frame.status_code = static_cast<int32_t>(result.status().code());
+    frame.text = result.status().message();
+  }
+  const size_t bytes = EncodedUcxFrameSize(frame) + payload.size();
+  std::shared_ptr<internal::ServerConnection> connection = it->second.connection;
+  connection->Answered(bytes, answers_request);
+  SendFrame(*worker, it->second.ep, kResponseAm, frame, std::move(payload),
+            [core = shared_from_this(), peer, connection, bytes, large](ucs_status_t status) {
+              if (status != UCS_OK) {
+                LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
+              }
+              if (auto sender = core->peers.find(peer); large && sender != core->peers.end()) {
+                sender->second.large_replies.Done();
+              }
+              connection->Sent(bytes);
+              core->MaybeUnpark(peer);
+            });
+  MaybeUnpark(peer);
 }
 
 void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
@@ -328,6 +351,7 @@ void UcxListener::Core::SayGoodbye(Peer& peer) {
 void UcxListener::Core::Drop(uint64_t peer) {
   auto it = peers.find(peer);
   if (it == peers.end()) return;
+  it->second.large_replies.Clear();  // nothing waiting goes to the endpoint that closes here
   CloseEndpoint(*worker, it->second.ep, /*force=*/true);
   it->second.connection->End();
   if (it->second.carrier != nullptr) it->second.carrier->Unpin();
