@@ -11,6 +11,7 @@
 #
 #   bench/scaling.sh [build dir]
 #   LAYOUTS="2x2 4x2" SIZES="1M 64M" TRANSPORT=ucx RATE=1gbit bench/scaling.sh build
+#   PLOT=scaling.svg bench/scaling.sh build   # also draws x bound and throughput (ps-plot)
 #
 # Needs root and iproute2 (exits 77 without them, as zone_cluster.sh does).
 set -euo pipefail
@@ -22,6 +23,12 @@ transport=${TRANSPORT:-ucx}
 rate=${RATE:-1gbit}
 iterations=${ITERATIONS:-5}
 zone="$(dirname "$0")/zone_cluster.sh"
+plot=${PLOT:-}
+plot_table=$(mktemp)
+trap 'rm -f "$plot_table"' EXIT
+ratio_panel="$transport: BSP step / bound (target <= 1.3 for 2x2, 4x2)"
+throughput_panel="$transport: aggregate GB/s (every worker's model both ways)"
+printf 'panel\t%s\tlinear\npanel\t%s\tlinear\n' "$ratio_panel" "$throughput_panel" >"$plot_table"
 
 printf '%-9s %-4s %-5s | %9s %11s | %10s %-8s | %7s\n' transport WxS size "p50 (ms)" "agg GB/s" \
   "bound (ms)" link "x bound"
@@ -43,11 +50,20 @@ for layout in $layouts; do
     exit 1
   fi
   # zone_cluster.sh's rows: size | p50 (ms) GB/s per worker | bound (ms) link | x bound | ...
-  awk -F'|' -v t="$transport" -v l="$layout" -v w="$workers" '
+  awk -F'|' -v t="$transport" -v l="$layout" -v w="$workers" -v table="$plot_table" \
+    -v rp="$ratio_panel" -v tp="$throughput_panel" '
     $1 ~ /^[0-9]+[KMG] *$/ {
       split($2, timing, " "); split($3, bound, " "); size = $1; gsub(/ /, "", size)
       printf "%-9s %-4s %-5s | %9.2f %11.3f | %10.2f %-8s | %7.2f\n", t, l, size, timing[1],
-             w * timing[2] * 2, bound[1], bound[2] " " bound[3], $4 + 0 }' <<<"$out"
+             w * timing[2] * 2, bound[1], bound[2] " " bound[3], $4 + 0
+      bytes = size + 0; unit = substr(size, length(size))
+      bytes *= unit == "K" ? 1024 : unit == "M" ? 1048576 : 1073741824
+      printf "%s\t%s\t%d\t%s\n%s\t%s\t%d\t%s\n", rp, l, bytes, $4 + 0, tp, l, bytes,
+             w * timing[2] * 2 >>table }' <<<"$out"
 done
+if [ -n "$plot" ]; then
+  "$build_dir/bench/ps-plot" --in "$plot_table" --out "$plot"
+  echo "plot: $plot"
+fi
 echo "agg GB/s: every worker's model both ways over the step's p50; bound: the busiest link's"
 echo "time at $rate per process (target: x bound <= 1.3 for 2x2 and 4x2)"

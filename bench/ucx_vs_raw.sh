@@ -24,6 +24,7 @@
 #   ROUNDS=5 SERVER_CPU=2 CLIENT_CPU=3 TRANSPORTS=shm bench/ucx_vs_raw.sh build
 #   PIN=0 ROUNDS=8 TRANSPORTS=shm bench/ucx_vs_raw.sh build   # hetps unpinned: where the
 #                                   # scheduler places each thread, as a co-located job runs
+#   PLOT=ucx_vs_raw.svg bench/ucx_vs_raw.sh build   # also draws the medians (ps-plot)
 #
 # Needs ucx_perftest (Debian package ucx-utils) and a build with UCX.
 set -euo pipefail
@@ -44,8 +45,12 @@ DURATION_S="${DURATION_S:-0.5}"
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
 PINGPONG="$BUILD/bench/ucx-pingpong"
+PS_PLOT="$BUILD/bench/ps-plot"
+PLOT="${PLOT:-}"
 
-for tool in "$PS_SERVER" "$PS_BENCH" "$PINGPONG"; do
+tools=("$PS_SERVER" "$PS_BENCH" "$PINGPONG")
+[[ -n "$PLOT" ]] && tools+=("$PS_PLOT")
+for tool in "${tools[@]}"; do
   [[ -x "$tool" ]] || { echo "ucx_vs_raw: $tool is not built" >&2; exit 2; }
 done
 command -v ucx_perftest >/dev/null || { echo "ucx_vs_raw: ucx_perftest is missing (apt-get install ucx-utils)" >&2; exit 2; }
@@ -59,13 +64,8 @@ cleanup() {
 trap cleanup EXIT
 export HETPS_LOG_LEVEL=warning
 
-bytes_of() {  # 4K -> 4096
-  awk -v s="$1" 'BEGIN { n = s + 0; u = substr(s, length(s));
-    if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824;
-    print n }'
-}
-SIZES=()
-for ((size = $(bytes_of "$SIZE_B"); size <= $(bytes_of "$SIZE_E"); size *= 4)); do SIZES+=("$size"); done
+source "$(dirname "$0")/sweep_helpers.sh"
+sweep_sizes "$SIZE_B" "$SIZE_E"
 BW_SIZES=()
 for size in 16777216 67108864; do (( size <= SIZES[-1] )) && BW_SIZES+=("$size"); done
 
@@ -118,19 +118,13 @@ hetps() {
            { print $col["bytes"], $col["p50_us"], $col["gbps"] }' "$WORK/out.csv" >>"$WORK/$mode"
 }
 
-# stats <file> <size> <column>: prints "median spread" of that column over the size's rows
-# (spread: largest / smallest).
-stats() {
-  awk -v size="$2" -v c="$3" '$1 == size { print $c }' "$1" | sort -g |
-    awk '{ v[NR] = $1 } END { if (NR == 0) { print "- -"; exit }
-          printf "%s %s\n", v[int((NR + 1) / 2)], (v[1] > 0 ? v[NR] / v[1] : 0) }'
-}
 
-human() {
-  awk -v n="$1" 'BEGIN { if (n >= 1048576) printf "%dM", n / 1048576; else printf "%dK", n / 1024 }'
-}
 
+: >"$WORK/plot.tsv"
 for transport in $TRANSPORTS; do
+  latency_panel="$transport: push+pull p50 and raw round trip (us)"
+  ratio_panel="$transport: hetps p50 / raw delivered (target <= 1.3)"
+  printf 'panel\t%s\tlog\npanel\t%s\tlinear\n' "$latency_panel" "$ratio_panel" >>"$WORK/plot.tsv"
   env=""
   [[ "$transport" == tcp ]] && env="UCX_TLS=tcp"
   : >"$WORK/raw"; : >"$WORK/raw_bw"; : >"$WORK/sleep"; : >"$WORK/poll"
@@ -152,6 +146,12 @@ for transport in $TRANSPORTS; do
       -v sp="$sleep_p50" -v ss="$sleep_spread" -v pp="$poll_p50" -v ps="$poll_spread" 'BEGIN {
         printf "%-6s %5s | %9.2f %9.2f %6.2f | %10.2f %6.2f %6.2f | %10.2f %6.2f %6.2f\n",
                t, s, u, d, rs, sp, sp / d, ss, pp, pp / d, ps }'
+    awk -v lp="$latency_panel" -v rp="$ratio_panel" -v n="$size" -v d="$delivered" \
+      -v sp="$sleep_p50" -v pp="$poll_p50" 'BEGIN { OFS = "\t"
+        print lp, "raw delivered", n, d, "dashed"; print lp, "hetps sleeping", n, sp
+        print lp, "hetps polling", n, pp
+        print rp, "hetps sleeping", n, sp / d; print rp, "hetps polling", n, pp / d }' \
+      >>"$WORK/plot.tsv"
   done
   for size in "${BW_SIZES[@]}"; do
     read -r raw_gbps _ < <(stats "$WORK/raw_bw" "$size" 2)
@@ -167,6 +167,10 @@ echo "x del: hetps push+pull p50 / raw round trip with the payload delivered (ta
 echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every process; raw's shows"
 echo "        the machine's noise)"
 echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
+if [[ -n "$PLOT" ]]; then
+  "$PS_PLOT" --in "$WORK/plot.tsv" --out "$PLOT"
+  echo "plot: $PLOT"
+fi
 if [[ "$PIN" == 0 ]]; then
   echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
 else
