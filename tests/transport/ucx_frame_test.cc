@@ -1,8 +1,12 @@
-// The UCX transport's binary frame header, and what a server checks in a bootstrap before it
-// opens an endpoint: the frame version, and that the worker address can be one.
+// The UCX transport's binary frame header, what a server checks in a bootstrap before it opens
+// an endpoint (the frame version, and that the worker address can be one), and the rendezvous
+// threshold a worker picks.
 #ifdef HETPS_HAVE_UCX
 #include "transport/ucx/ucx_frame.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/frame.pb.h"
 #include "tests/testing/call.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/ucx/ucx_server.h"
@@ -229,6 +234,26 @@ TEST(UcxPiecesTest, AdjacentPiecesAreMergedIntoOneBuffer) {
 
   std::vector<ucp_dt_iov_t> none;
   EXPECT_EQ(DescribePieces(absl::MakeSpan(none)).count, 0u);
+}
+
+// Without RDMA, eager up to 512 KiB (a rendezvous costs a round trip a copy does not); with an
+// RDMA device, or UCX_RNDV_THRESH in the environment, UCX's own; a configured value always.
+TEST(RendezvousThresholdTest, EagerUpToHalfAMebibyteUnlessRdmaOrTheUserSaysOtherwise) {
+  ASSERT_EQ(std::getenv("UCX_RNDV_THRESH"), nullptr) << "the test sets it itself";
+  hetps::testing::ScopedTempDir no_rdma;
+  EXPECT_EQ(RendezvousThreshold(0, no_rdma.path().c_str()), size_t{512} << 10);
+  EXPECT_EQ(RendezvousThreshold(0, (no_rdma.path() + "/absent").c_str()), size_t{512} << 10);
+  EXPECT_EQ(RendezvousThreshold(8192, no_rdma.path().c_str()), 8192u);
+
+  hetps::testing::ScopedTempDir rdma;
+  ASSERT_EQ(mkdir((rdma.path() + "/mlx5_0").c_str(), 0755), 0);
+  EXPECT_EQ(RendezvousThreshold(0, rdma.path().c_str()), 0u);
+  EXPECT_EQ(RendezvousThreshold(8192, rdma.path().c_str()), 8192u);
+
+  setenv("UCX_RNDV_THRESH", "64k", 1);
+  EXPECT_EQ(RendezvousThreshold(0, no_rdma.path().c_str()), 0u);
+  EXPECT_EQ(RendezvousThreshold(8192, no_rdma.path().c_str()), 8192u);
+  unsetenv("UCX_RNDV_THRESH");
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ namespace hetps::transport::ucx_internal {
 
 class SendWindow {
  public:
-  // Messages from this size on go by rendezvous and count against the window.
+  // Messages from this size on count against the window (from 512 KiB on they go by
+  // rendezvous; between, eagerly, still long enough to hold back the other direction).
   static constexpr size_t kLargeBytes = 256 << 10;
   static constexpr int kInFlight = 1;
 

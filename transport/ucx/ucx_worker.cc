@@ -1,5 +1,6 @@
 #include "transport/ucx/ucx_worker.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -81,8 +82,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK) return UcxError("ucp_config_read", status);
   if (!options.tls.empty()) ucp_config_modify(config, "TLS", options.tls.c_str());
-  if (options.rndv_threshold > 0) {
-    ucp_config_modify(config, "RNDV_THRESH", std::to_string(options.rndv_threshold).c_str());
+  if (const size_t threshold = RendezvousThreshold(options.rndv_threshold); threshold > 0) {
+    ucp_config_modify(config, "RNDV_THRESH", std::to_string(threshold).c_str());
   }
   if (!options.net_devices.empty() && options.net_devices != "auto") {
     ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
@@ -479,6 +480,20 @@ std::string DescribeLanes(ucp_ep_h ep) {
   }
   std::free(text);
   return lanes.empty() ? "unknown" : absl::StrJoin(lanes, "; ");
+}
+
+size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir) {
+  if (configured > 0) return configured;
+  if (std::getenv("UCX_RNDV_THRESH") != nullptr) return 0;  // UCX reads it itself
+  if (DIR* devices = opendir(rdma_class_dir)) {
+    bool any = false;
+    while (const dirent* entry = readdir(devices)) {
+      if (entry->d_name[0] != '.') any = true;
+    }
+    closedir(devices);
+    if (any) return 0;
+  }
+  return size_t{512} << 10;
 }
 
 }  // namespace hetps::transport::ucx_internal

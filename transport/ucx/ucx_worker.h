@@ -200,6 +200,11 @@ absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& ad
 // Closes `ep` (flushing it unless `force`), progressing until done or a short deadline.
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force);
 
+// The RNDV_THRESH a worker's context gets (see UcxOptions::rndv_threshold), 0 for UCX's own:
+// `configured` if set; else 0 when the environment sets UCX_RNDV_THRESH or `rdma_class_dir`
+// lists a device; else 512 KiB.
+size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir = "/sys/class/infiniband");
+
 // Which UCX transports an endpoint uses, for the log ("tcp/lo", "posix/memory", ...).
 std::string DescribeLanes(ucp_ep_h ep);
 
