@@ -1,12 +1,25 @@
-// Blocking calls for transport-level tests.
+// Blocking calls and an echo handler for transport-level tests.
 #ifndef HETPS_TESTS_TESTING_CALL_H_
 #define HETPS_TESTS_TESTING_CALL_H_
+
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "transport/transport.h"
 
 namespace hetps::testing {
+
+// Answers every request with its own header and payload.
+class EchoHandler : public transport::RequestHandler {
+ public:
+  void HandleRequest(transport::Request request, transport::ReplyCallback reply) override {
+    transport::Response response;
+    response.header = request.header;
+    response.payload = request.payload;
+    reply(std::move(response));
+  }
+};
 
 // Sends `request` and waits for its outcome, driving `drive` meanwhile if given (see
 // Transport::Drive); the request's deadline bounds the wait.

@@ -19,15 +19,7 @@
 namespace hetps::transport {
 namespace {
 
-class EchoHandler : public RequestHandler {
- public:
-  void HandleRequest(Request request, ReplyCallback reply) override {
-    Response response;
-    response.header = request.header;
-    response.payload = request.payload;
-    reply(std::move(response));
-  }
-};
+using testing::EchoHandler;
 
 using testing::CallAndWait;
 

@@ -275,16 +275,6 @@ TEST(EagerSendsTest, OnlyEndpointsWhoseEveryLaneIsTcpSendUpToTwoMebibytesEagerly
   EXPECT_EQ(EagerSends::LimitForLanes(tcp, /*threshold_set=*/true), 0u);
 }
 
-class EchoHandler : public RequestHandler {
- public:
-  void HandleRequest(Request request, ReplyCallback reply) override {
-    Response response;
-    response.header = request.header;
-    response.payload = request.payload;
-    reply(std::move(response));
-  }
-};
-
 // UCX over TCP with hetps's own thresholds (the test transports set one of their own): payloads
 // sent eagerly up to 2 MiB, by rendezvous beyond, arrive whole both ways and land in the
 // caller's sink.
@@ -292,7 +282,7 @@ TEST(EagerSendsTest, PayloadsOnEitherSideOfTheTcpLimitsArriveWhole) {
   UcxOptions options;
   options.tls = "tcp";
   std::shared_ptr<Transport> ucx = NewUcxTransport(options);
-  EchoHandler handler;
+  hetps::testing::EchoHandler handler;
   auto listener = ucx->Listen("127.0.0.1:0", &handler);
   ASSERT_TRUE(listener.ok()) << listener.status();
   auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
