@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, ucx_net_devices, "auto",
 ABSL_FLAG(int, workers, 2, "Embedded mode: worker threads (each with its own client)");
 ABSL_FLAG(int, shards, 2, "Embedded mode: shards");
 ABSL_FLAG(std::string, dtype, "fp32", "Wire type of gradients and weights: fp32, bf16, fp16");
+ABSL_FLAG(std::string, host_dtype, "",
+          "Type of the worker's tensors in memory (fp32, bf16, fp16), converted to and from "
+          "--dtype by the client; empty: --dtype (no conversion)");
 ABSL_FLAG(std::string, optimizer, "sum", "Server-side rule: sum, sgd or adam");
 ABSL_FLAG(std::string, sync, "bsp", "bsp or asp");
 ABSL_FLAG(int, inflight, 1, "Outstanding operations per worker");
@@ -102,6 +105,19 @@ namespace {
 // Exit codes: 0 all right, 1 some pulled values were wrong, 2 the run failed.
 constexpr int kWrongValues = 1;
 constexpr int kFailed = 2;
+
+absl::StatusOr<DType> ParseDType(absl::string_view flag, absl::string_view name) {
+  if (name == "fp32") return DType::kFp32;
+  if (name == "bf16") return DType::kBf16;
+  if (name == "fp16") return DType::kFp16;
+  return absl::InvalidArgumentError(absl::StrCat(flag, " is fp32, bf16 or fp16"));
+}
+
+// The wire type, and the memory type where it differs: "bf16", "bf16 from fp32".
+std::string DTypeLabel() {
+  const std::string wire = absl::GetFlag(FLAGS_dtype), host = absl::GetFlag(FLAGS_host_dtype);
+  return host.empty() || host == wire ? wire : absl::StrCat(wire, " from ", host);
+}
 
 struct Plan {
   std::vector<std::string> transports;
@@ -224,15 +240,11 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   }
 
   MeasureSettings& s = plan.settings;
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype == "fp32") {
-    s.dtype = DType::kFp32;
-  } else if (dtype == "bf16") {
-    s.dtype = DType::kBf16;
-  } else if (dtype == "fp16") {
-    s.dtype = DType::kFp16;
-  } else {
-    return absl::InvalidArgumentError("--dtype is fp32, bf16 or fp16");
+  HETPS_ASSIGN_OR_RETURN(s.dtype, ParseDType("--dtype", absl::GetFlag(FLAGS_dtype)));
+  s.host_dtype = s.dtype;
+  if (!absl::GetFlag(FLAGS_host_dtype).empty()) {
+    HETPS_ASSIGN_OR_RETURN(s.host_dtype,
+                           ParseDType("--host_dtype", absl::GetFlag(FLAGS_host_dtype)));
   }
   for (uint64_t size : plan.sizes) HETPS_RETURN_IF_ERROR(ElementsOf(size, s.dtype).status());
   s.optimizer = absl::GetFlag(FLAGS_optimizer);
@@ -342,7 +354,7 @@ JsonValue ConfigJson(const Plan& plan) {
       .Set("local_workers", plan.workers)
       .Set("shards", plan.shards)
       .Set("rank", static_cast<int>(plan.rank))
-      .Set("dtype", absl::GetFlag(FLAGS_dtype))
+      .Set("dtype", DTypeLabel())
       .Set("optimizer", plan.settings.optimizer)
       .Set("sync", absl::GetFlag(FLAGS_sync))
       .Set("inflight", plan.settings.inflight)
@@ -495,7 +507,7 @@ absl::Status RunTransport(const Plan& plan, const std::string& transport_name,
       r.bytes = bytes;
       r.workers = static_cast<int>(plan.world_size);
       r.shards = plan.shards;
-      r.dtype = absl::GetFlag(FLAGS_dtype);
+      r.dtype = DTypeLabel();
       r.samples = ps.latency.count();
       r.p50_us = ps.latency.Percentile(50) / 1e3;
       r.p90_us = ps.latency.Percentile(90) / 1e3;

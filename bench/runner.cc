@@ -52,6 +52,13 @@ std::vector<uint8_t> Encode(const std::vector<float>& values, FloatFormat format
   return bytes;
 }
 
+// The floats that `bytes` in `format` hold.
+std::vector<float> Decode(const std::vector<uint8_t>& bytes, FloatFormat format) {
+  std::vector<float> values(bytes.size() / BytesPerElement(format));
+  ConvertFloats(bytes.data(), format, values.data(), FloatFormat::kFp32, values.size());
+  return values;
+}
+
 // Counts the elements of `got` that differ from `want` (both in `format`).
 uint64_t CountWrong(const uint8_t* got, const std::vector<uint8_t>& want, FloatFormat format) {
   if (std::memcmp(got, want.data(), want.size()) == 0) return 0;
@@ -166,8 +173,9 @@ class HetpsSource : public OperationSource {
       : client_(client),
         settings_(settings),
         tensor_(tensor),
-        format_(FormatOf(settings.dtype)),
-        outputs_(settings.inflight, std::vector<uint8_t>(settings.bytes)) {
+        format_(FormatOf(settings.host_dtype)),
+        outputs_(settings.inflight, std::vector<uint8_t>(elements * BytesPerElement(format_))) {
+    const FloatFormat wire_format = FormatOf(settings.dtype);
     std::vector<float> mine(elements);
     for (uint64_t i = 0; i < elements; ++i) mine[i] = GradientValue(rank, i);
     gradient_ = Encode(mine, format_);
@@ -181,14 +189,15 @@ class HetpsSource : public OperationSource {
       std::vector<float> theirs(elements), widened(elements);
       for (uint32_t r = 0; r < world_size; ++r) {
         for (uint64_t i = 0; i < elements; ++i) theirs[i] = GradientValue(r, i);
-        const std::vector<uint8_t> wire = Encode(theirs, format_);
-        ConvertFloats(wire.data(), format_, widened.data(), FloatFormat::kFp32, elements);
+        const std::vector<uint8_t> wire = Encode(theirs, wire_format);
+        ConvertFloats(wire.data(), wire_format, widened.data(), FloatFormat::kFp32, elements);
         for (uint64_t i = 0; i < elements; ++i) {
           expected[i] = r == 0 ? widened[i] : expected[i] + widened[i];
         }
       }
     }
-    expected_ = Encode(expected, format_);
+    // The sum travels back in the wire format and lands in the host's.
+    expected_ = Encode(Decode(Encode(expected, wire_format), wire_format), format_);
   }
 
   void Issue(size_t slot, uint64_t index, absl::AnyInvocable<void(absl::Status)> done) override {

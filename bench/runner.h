@@ -25,7 +25,8 @@ struct MeasureSettings {
   std::string transport = "grpc";
   std::string op = "pushpull";  // push | pull | pushpull
   uint64_t bytes = 4096;        // payload of one operation, in `dtype`
-  DType dtype = DType::kFp32;
+  DType dtype = DType::kFp32;   // on the wire
+  DType host_dtype = DType::kFp32;  // of the worker's tensors (the client converts)
   std::string optimizer = "sum";  // sum | sgd | adam
   SyncMode sync = SyncMode::kBsp;
   int warmup = 5;

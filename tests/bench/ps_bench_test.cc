@@ -108,6 +108,22 @@ TEST(PsBenchTest, DamagedRepliesAreCountedAsWrongAndFailTheRun) {
   EXPECT_NE(ReadFile(dir.path() + "/log").find("were wrong"), std::string::npos);
 }
 
+// The common PyTorch case: fp32 tensors in memory, bf16 on the wire (the client converts both
+// ways). Every pulled value is checked against the sum as bf16 carried it back, widened.
+TEST(PsBenchTest, MeasuresFp32TensorsSentAsBf16) {
+  testing::ScopedTempDir dir;
+  const std::string json = dir.path() + "/out.json";
+  std::vector<std::string> args = TinySweep(json);
+  args.push_back("--dtype=bf16");
+  args.push_back("--host_dtype=fp32");
+  Subprocess bench(args, dir.path() + "/log");
+  ASSERT_EQ(bench.Wait(absl::Seconds(120)), 0) << ReadFile(dir.path() + "/log");
+  EXPECT_EQ(ValidateJson(ReadFile(json), 3 * 2 * kTransports.size()), 0);
+  EXPECT_NE(ReadFile(json).find("\"dtype\": \"bf16 from fp32\""), std::string::npos);
+  // -b and -e count bytes on the wire: 64 KiB of bf16 is 32768 elements.
+  EXPECT_NE(ReadFile(json).find("\"bytes\": 65536"), std::string::npos);
+}
+
 class PsBenchClusterTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PsBenchClusterTest, TwoBenchmarkProcessesMeasureOneCluster) {
@@ -346,7 +362,8 @@ TEST(PsBenchTest, RefusesWhatItCannotDo) {
            {"--servers=127.0.0.1:1", "one transport per run"},
            {"--security=tls", "needs --tls_dir"},
            {"--security=off,secret", "off, token, tls or token+tls"},
-           {"--metrics=yes", "--metrics takes on, off"}}) {
+           {"--metrics=yes", "--metrics takes on, off"},
+           {"--host_dtype=int8", "--host_dtype is fp32, bf16 or fp16"}}) {
     testing::ScopedTempDir dir;
     // --transport=all is refused only with --servers; elsewhere it is the embedded default.
     Subprocess bench({BinaryPath("bench/ps-bench"), "--check", "--transport=all", flag},
