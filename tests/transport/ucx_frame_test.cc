@@ -19,7 +19,6 @@
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/ucx/ucx_server.h"
-#include "transport/ucx/ucx_transport.h"
 #include "transport/ucx/ucx_worker.h"
 
 namespace hetps::transport::ucx_internal {
@@ -255,62 +254,6 @@ TEST(RendezvousThresholdTest, EagerUpToHalfAMebibyteUnlessRdmaOrTheUserSaysOther
   EXPECT_EQ(RendezvousThreshold(0, no_rdma.path().c_str()), 0u);
   EXPECT_EQ(RendezvousThreshold(8192, no_rdma.path().c_str()), 8192u);
   unsetenv("UCX_RNDV_THRESH");
-}
-
-TEST(EagerSendsTest, OnlyEndpointsWhoseEveryLaneIsTcpSendUpToTwoMebibytesEagerly) {
-  const std::string tcp =
-      "lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0 "
-      "wireup";
-  const std::string two_tcp = tcp + "; lane[1]:  1:tcp/eth0.0 md[0] -> md[0]/tcp am_bw#1";
-  const std::string shared_memory =
-      "lane[0]:  3:posix/memory.0 md[2] -> md[2]/posix am am_bw#0; lane[1]:  5:cma/memory.0 "
-      "md[3] -> md[3]/cma rma_bw#0";
-  const std::string tcp_and_rdma = tcp + "; lane[1]:  4:rc_mlx5/mlx5_0:1.0 md[4] -> rma_bw#1";
-  EXPECT_EQ(EagerSends::LimitForLanes(tcp, false), EagerSends::kTcpEagerBelow);
-  EXPECT_EQ(EagerSends::LimitForLanes(two_tcp, false), EagerSends::kTcpEagerBelow);
-  EXPECT_EQ(EagerSends::LimitForLanes(shared_memory, false), 0u);
-  EXPECT_EQ(EagerSends::LimitForLanes(tcp_and_rdma, false), 0u);
-  EXPECT_EQ(EagerSends::LimitForLanes("unknown", false), 0u);
-  EXPECT_EQ(EagerSends::LimitForLanes("", false), 0u);
-  EXPECT_EQ(EagerSends::LimitForLanes(tcp, /*threshold_set=*/true), 0u);
-}
-
-// UCX over TCP with hetps's own thresholds (the test transports set one of their own): payloads
-// sent eagerly up to 2 MiB, by rendezvous beyond, arrive whole both ways and land in the
-// caller's sink.
-TEST(EagerSendsTest, PayloadsOnEitherSideOfTheTcpLimitsArriveWhole) {
-  UcxOptions options;
-  options.tls = "tcp";
-  std::shared_ptr<Transport> ucx = NewUcxTransport(options);
-  hetps::testing::EchoHandler handler;
-  auto listener = ucx->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  for (size_t size : {size_t{1}, size_t{65536}, (size_t{512} << 10) - 100, size_t{600} << 10,
-                      (size_t{1} << 20) + 3, EagerSends::kTcpEagerBelow - 200,
-                      EagerSends::kTcpEagerBelow + 5, size_t{3} << 20}) {
-    std::vector<uint8_t> out(size), back(size + 16, 0xee);
-    for (size_t i = 0; i < size; ++i) out[i] = static_cast<uint8_t>(i * 31 + size);
-    Request request;
-    request.method = 1;
-    request.header = "sized";
-    request.payload = Payload::Borrow(out);
-    request.deadline = absl::Now() + absl::Seconds(10);
-    request.response_sink = {absl::MakeSpan(back.data(), size / 2),
-                             absl::MakeSpan(back.data() + size / 2 + 16, size - size / 2)};
-    absl::StatusOr<Response> response = testing::CallAndWait(**connection, std::move(request));
-    ASSERT_TRUE(response.ok()) << size << ": " << response.status();
-    ASSERT_EQ(response->payload.ToString(),
-              std::string(reinterpret_cast<const char*>(out.data()), size))
-        << size;
-    if (size >= 2) {
-      ASSERT_EQ(response->payload.segments().size(), 2u) << size;
-      EXPECT_EQ(response->payload.segments()[0].data(), back.data()) << size;
-    }
-  }
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
 }
 
 }  // namespace

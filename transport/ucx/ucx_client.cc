@@ -79,9 +79,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   };
   ucp_ep_h ep = nullptr;
   bool lanes_logged = false;
-  absl::flat_hash_map<uint64_t, ResponseSink> sinks;  // by call
-  SendWindow large_sends;                             // of requests
-  EagerSends eager_sends;
+  absl::flat_hash_map<uint64_t, ResponseSink> sinks;   // by call
+  SendWindow large_sends;                              // of requests
   absl::flat_hash_map<uint64_t, Receiving> receiving;  // by call
 
   void StartBootstrap();
@@ -257,7 +256,6 @@ void ClientCore::Connected(const std::string& server_address, uint64_t id) {
   server_id = id;
   this->server_address = server_address;
   lanes_logged = false;
-  eager_sends = EagerSends();  // a new endpoint may take other lanes
 }
 
 void ClientCore::Fail(const absl::Status& status) {
@@ -525,17 +523,13 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
         return;
       }
       frame.text = method_header;  // here: the task (and the string) may have moved
-      const bool eager = core->eager_sends.Eager(*core->worker, core->ep,
-                                                 EncodedUcxFrameSize(frame) + payload.size());
-      SendFrame(
-          *core->worker, core->ep, kRequestAm, frame, std::move(payload),
-          [core, id, large](ucs_status_t status) {
-            if (large) core->large_sends.Done();
-            if (status == UCS_OK) return;
-            core->sinks.erase(id);
-            core->tracker->Finish(id, UcxError("sending the request", status));
-          },
-          eager);
+      SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload),
+                [core, id, large](ucs_status_t status) {
+                  if (large) core->large_sends.Done();
+                  if (status == UCS_OK) return;
+                  core->sinks.erase(id);
+                  core->tracker->Finish(id, UcxError("sending the request", status));
+                });
     };
     if (large) {
       core->large_sends.Send(std::move(send));

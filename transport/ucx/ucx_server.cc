@@ -46,7 +46,6 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
     std::deque<Parked> parked;
     size_t parked_bytes = 0;
     SendWindow large_replies;
-    EagerSends eager_replies;
   };
 
   RequestHandler* handler = nullptr;
@@ -253,20 +252,17 @@ void UcxListener::Core::SendReply(uint64_t peer, uint64_t call_id, bool answers_
   const size_t bytes = EncodedUcxFrameSize(frame) + payload.size();
   std::shared_ptr<internal::ServerConnection> connection = it->second.connection;
   connection->Answered(bytes, answers_request);
-  const bool eager = it->second.eager_replies.Eager(*worker, it->second.ep, bytes);
-  SendFrame(
-      *worker, it->second.ep, kResponseAm, frame, std::move(payload),
-      [core = shared_from_this(), peer, connection, bytes, large](ucs_status_t status) {
-        if (status != UCS_OK) {
-          LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
-        }
-        if (auto sender = core->peers.find(peer); large && sender != core->peers.end()) {
-          sender->second.large_replies.Done();
-        }
-        connection->Sent(bytes);
-        core->MaybeUnpark(peer);
-      },
-      eager);
+  SendFrame(*worker, it->second.ep, kResponseAm, frame, std::move(payload),
+            [core = shared_from_this(), peer, connection, bytes, large](ucs_status_t status) {
+              if (status != UCS_OK) {
+                LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
+              }
+              if (auto sender = core->peers.find(peer); large && sender != core->peers.end()) {
+                sender->second.large_replies.Done();
+              }
+              connection->Sent(bytes);
+              core->MaybeUnpark(peer);
+            });
   MaybeUnpark(peer);
 }
 

@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -384,7 +383,7 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
 }
 
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done, bool eager) {
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
   // Data-path headers fit inline (no allocation of their own).
   struct SendState {
@@ -404,10 +403,6 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& f
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   const UcxBuffer buffer = DescribePieces(absl::MakeSpan(state->iov));
   param.datatype = buffer.datatype;
-  if (eager) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_EAGER;
-  }
   param.user_data = state;
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     auto* sent = static_cast<SendState*>(user_data);
@@ -487,30 +482,6 @@ std::string DescribeLanes(ucp_ep_h ep) {
   return lanes.empty() ? "unknown" : absl::StrJoin(lanes, "; ");
 }
 
-bool EagerSends::Eager(const UcxWorker& worker, ucp_ep_h ep, size_t bytes) {
-  if (!below_.has_value()) {
-    const bool threshold_set =
-        worker.options().rndv_threshold > 0 || std::getenv("UCX_RNDV_THRESH") != nullptr;
-    below_ = LimitForLanes(DescribeLanes(ep), threshold_set);
-  }
-  // Below the worker's own threshold they go eagerly anyway, and faster without the flag (UCX
-  // 1.13 then picks its zero-copy eager protocol: a 16 KiB push+pull over TCP took 24 us
-  // without, 28 with).
-  return bytes >= kEagerBelowWithoutRdma && bytes < *below_;
-}
-
-size_t EagerSends::LimitForLanes(absl::string_view lanes, bool threshold_set) {
-  if (threshold_set || lanes.empty() || lanes == "unknown") return 0;
-  // "lane[0]:  2:tcp/lo.0 md[1] ...; lane[1]: ..."
-  for (absl::string_view lane : absl::StrSplit(lanes, "; ")) {
-    const size_t colon = lane.find(':', lane.find("]:") + 2);
-    if (colon == absl::string_view::npos || !absl::StartsWith(lane.substr(colon + 1), "tcp/")) {
-      return 0;
-    }
-  }
-  return kTcpEagerBelow;
-}
-
 size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir) {
   if (configured > 0) return configured;
   if (std::getenv("UCX_RNDV_THRESH") != nullptr) return 0;  // UCX reads it itself
@@ -522,7 +493,7 @@ size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir) {
     closedir(devices);
     if (any) return 0;
   }
-  return kEagerBelowWithoutRdma;
+  return size_t{512} << 10;
 }
 
 }  // namespace hetps::transport::ucx_internal

@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +171,9 @@ class UcxWorker {
   std::string name_;
 };
 
+// Sends one frame as an active message on `ep`; `done` runs, holding the worker, when UCX is
+// done with the header and the payload (or the send failed). The payload is sent from where it
+// is (rendezvous zero-copy when large).
 // A list of buffer pieces as UCX's send and receive calls take it: pieces that follow each
 // other in memory are merged first (in `pieces`); one piece as a contiguous buffer, several as
 // an IOV, none as an empty contiguous buffer. Contiguous matters: UCX 1.13 moves IOV data over
@@ -185,38 +187,8 @@ struct UcxBuffer {
 };
 UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 
-// Sends one frame as an active message on `ep`; `done` runs, holding the worker, when UCX is
-// done with the header and the payload (or the send failed). The payload is sent from where it
-// is (rendezvous zero-copy when large). `eager`: eagerly, whatever the rendezvous threshold.
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done, bool eager = false);
-
-// Without RDMA devices, messages below this go eagerly (RendezvousThreshold).
-inline constexpr size_t kEagerBelowWithoutRdma = size_t{512} << 10;
-
-// The RNDV_THRESH a worker's context gets (see UcxOptions::rndv_threshold), 0 for UCX's own:
-// `configured` if set; else 0 when the environment sets UCX_RNDV_THRESH or `rdma_class_dir`
-// lists a device; else kEagerBelowWithoutRdma.
-size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir = "/sys/class/infiniband");
-
-// Which sends on one endpoint go eagerly whatever the worker's rendezvous threshold: those
-// from kEagerBelowWithoutRdma to 2 MiB where every lane is TCP, none elsewhere. Over TCP a
-// rendezvous moves the bytes through the same socket, copied by the kernel as an eager message is,
-// and adds a round trip of the network: 1 MiB push+pull over loopback took 898 us by rendezvous,
-// 574 eagerly. Not when the user set the threshold (UcxOptions::rndv_threshold, UCX_RNDV_THRESH).
-// The lanes are read at the endpoint's first send.
-class EagerSends {
- public:
-  static constexpr size_t kTcpEagerBelow = size_t{2} << 20;
-
-  bool Eager(const UcxWorker& worker, ucp_ep_h ep, size_t bytes);
-
-  // The limit for an endpoint with these lanes (as DescribeLanes writes them).
-  static size_t LimitForLanes(absl::string_view lanes, bool threshold_set);
-
- private:
-  std::optional<size_t> below_;
-};
+               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
@@ -227,6 +199,11 @@ absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& ad
 
 // Closes `ep` (flushing it unless `force`), progressing until done or a short deadline.
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force);
+
+// The RNDV_THRESH a worker's context gets (see UcxOptions::rndv_threshold), 0 for UCX's own:
+// `configured` if set; else 0 when the environment sets UCX_RNDV_THRESH or `rdma_class_dir`
+// lists a device; else 512 KiB.
+size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir = "/sys/class/infiniband");
 
 // Which UCX transports an endpoint uses, for the log ("tcp/lo", "posix/memory", ...).
 std::string DescribeLanes(ucp_ep_h ep);
