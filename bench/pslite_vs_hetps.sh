@@ -147,7 +147,4 @@ done
 echo "p50: push+pull median over $ROUNDS rounds (us); x: ps-lite p50 / hetps p50 (above 1: hetps faster)"
 echo "x floor: hetps gRPC p50 / the raw gRPC round trip with the same payload"
 echo "server side on CPU $SERVER_CPU, worker on CPU $CLIENT_CPU"
-if [[ -n "$PLOT" ]]; then
-  "$PS_PLOT" --in "$WORK/plot.tsv" --out "$PLOT"
-  echo "plot: $PLOT"
-fi
+draw_plot "$BUILD" "$WORK/plot.tsv"

@@ -23,7 +23,7 @@ transport=${TRANSPORT:-ucx}
 rate=${RATE:-1gbit}
 iterations=${ITERATIONS:-5}
 zone="$(dirname "$0")/zone_cluster.sh"
-plot=${PLOT:-}
+source "$(dirname "$0")/sweep_helpers.sh"
 plot_table=$(mktemp)
 trap 'rm -f "$plot_table"' EXIT
 ratio_panel="$transport: BSP step / bound (target <= 1.3 for 2x2, 4x2)"
@@ -61,9 +61,6 @@ for layout in $layouts; do
       printf "%s\t%s\t%d\t%s\n%s\t%s\t%d\t%s\n", rp, l, bytes, $4 + 0, tp, l, bytes,
              w * timing[2] * 2 >>table }' <<<"$out"
 done
-if [ -n "$plot" ]; then
-  "$build_dir/bench/ps-plot" --in "$plot_table" --out "$plot"
-  echo "plot: $plot"
-fi
+draw_plot "$build_dir" "$plot_table"
 echo "agg GB/s: every worker's model both ways over the step's p50; bound: the busiest link's"
 echo "time at $rate per process (target: x bound <= 1.3 for 2x2 and 4x2)"

@@ -26,3 +26,10 @@ stats() {
     awk '{ v[NR] = $1 } END { if (NR == 0) { print "- -"; exit }
           printf "%s %s\n", v[int((NR + 1) / 2)], (v[1] > 0 ? v[NR] / v[1] : 0) }'
 }
+
+# draw_plot BUILD TABLE: with PLOT set, draws TABLE (ps-plot's tab-separated input) into $PLOT.
+draw_plot() {
+  [[ -n "${PLOT:-}" ]] || return 0
+  "$1/bench/ps-plot" --in "$2" --out "$PLOT"
+  echo "plot: $PLOT"
+}

@@ -167,10 +167,7 @@ echo "x del: hetps push+pull p50 / raw round trip with the payload delivered (ta
 echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every process; raw's shows"
 echo "        the machine's noise)"
 echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
-if [[ -n "$PLOT" ]]; then
-  "$PS_PLOT" --in "$WORK/plot.tsv" --out "$PLOT"
-  echo "plot: $PLOT"
-fi
+draw_plot "$BUILD" "$WORK/plot.tsv"
 if [[ "$PIN" == 0 ]]; then
   echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
 else
