@@ -113,7 +113,7 @@ std::vector<double> YTicks(const Frame& frame) {
   return ticks;
 }
 
-void Axes(std::string& svg, const Frame& frame, const std::string& title,
+void Axes(std::string& svg, const Frame& frame, const PlotPanel& panel,
           const std::vector<double>& sizes) {
   absl::StrAppendFormat(&svg,
                         "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" "
@@ -121,7 +121,7 @@ void Axes(std::string& svg, const Frame& frame, const std::string& title,
                         "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"14\">%s"
                         "</text>\n",
                         frame.left, frame.top, kPanelWidth, kPanelHeight,
-                        frame.left + kPanelWidth / 2, frame.top - 10, Escape(title));
+                        frame.left + kPanelWidth / 2, frame.top - 10, Escape(panel.title));
   for (double size : sizes) {
     const double x = frame.X(size);
     absl::StrAppendFormat(&svg,
@@ -133,8 +133,9 @@ void Axes(std::string& svg, const Frame& frame, const std::string& title,
   }
   absl::StrAppendFormat(&svg,
                         "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"12\">"
-                        "message size (bytes)</text>\n",
-                        frame.left + kPanelWidth / 2, frame.top + kPanelHeight + 34);
+                        "%s</text>\n",
+                        frame.left + kPanelWidth / 2, frame.top + kPanelHeight + 34,
+                        Escape(panel.x_label));
   for (double tick : YTicks(frame)) {
     const double y = frame.Y(tick);
     absl::StrAppendFormat(&svg,
@@ -197,7 +198,7 @@ std::string PlotSvg(const std::vector<PlotPanel>& panels) {
     const auto [y_min, y_max] = YRange(panel);
     const Frame frame{kColumnLeft[i % 2], 40 + kRowHeight * (i / 2), x_min, x_max, y_min, y_max,
                       panel.log_y};
-    Axes(svg, frame, panel.title, sizes);
+    Axes(svg, frame, panel, sizes);
     for (const PlotSeries& series : panel.series) {
       Polyline(svg, frame, panel, series, color_of(series.name));
     }
@@ -221,7 +222,7 @@ absl::StatusOr<std::vector<PlotPanel>> ParsePlotTable(absl::string_view table) {
     for (PlotPanel& panel : panels) {
       if (panel.title == title) return panel;
     }
-    panels.push_back(PlotPanel{std::string(title), false, {}});
+    panels.emplace_back().title = std::string(title);
     return panels.back();
   };
   int line_number = 0;
@@ -235,10 +236,13 @@ absl::StatusOr<std::vector<PlotPanel>> ParsePlotTable(absl::string_view table) {
           absl::StrFormat("plot table line %d: %s", line_number, why));
     };
     if (fields[0] == "panel") {
-      if (fields.size() != 3 || (fields[2] != "log" && fields[2] != "linear")) {
-        return invalid("a panel line is: panel <TAB> title <TAB> log|linear");
+      if ((fields.size() != 3 && fields.size() != 4) ||
+          (fields[2] != "log" && fields[2] != "linear")) {
+        return invalid("a panel line is: panel <TAB> title <TAB> log|linear [<TAB> x label]");
       }
-      panel_named(fields[1]).log_y = fields[2] == "log";
+      PlotPanel& panel = panel_named(fields[1]);
+      panel.log_y = fields[2] == "log";
+      if (fields.size() == 4) panel.x_label = std::string(fields[3]);
       continue;
     }
     if (fields.size() != 4 && fields.size() != 5) {

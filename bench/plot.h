@@ -24,6 +24,7 @@ struct PlotSeries {
 struct PlotPanel {
   std::string title;
   bool log_y = false;  // a log10 axis (values <= 0 are left out); otherwise linear from 0
+  std::string x_label = "message size (bytes)";
   std::vector<PlotSeries> series;
 };
 
@@ -32,7 +33,7 @@ struct PlotPanel {
 std::string PlotSvg(const std::vector<PlotPanel>& panels);
 
 // The panels of a tab-separated table, what the sweep scripts write for ps-plot. Lines:
-//   panel <TAB> TITLE <TAB> log|linear               declares a panel (panels keep this order)
+//   panel <TAB> TITLE <TAB> log|linear [<TAB> X LABEL]   declares a panel (they keep this order)
 //   TITLE <TAB> SERIES <TAB> BYTES <TAB> VALUE [<TAB> solid|dotted|dashed]   one point
 // A point's panel need not be declared first (it is then linear, placed where first seen).
 // Empty lines and lines starting with '#' are skipped. A malformed line is INVALID_ARGUMENT

@@ -104,8 +104,9 @@ std::string ResultsTable(const std::vector<BenchResult>& results) {
 
 std::string ResultsSvg(const std::vector<BenchResult>& results) {
   // One series per (transport, security, replicas, op); p50 solid, p99 dotted, floor dashed.
-  PlotPanel latency{"latency (us, log): p50 solid, p99 dotted, floor p50 dashed", true, {}};
-  PlotPanel throughput{"throughput (GB/s): hetps solid, floor dashed", false, {}};
+  PlotPanel latency{.title = "latency (us, log): p50 solid, p99 dotted, floor p50 dashed",
+                    .log_y = true};
+  PlotPanel throughput{.title = "throughput (GB/s): hetps solid, floor dashed"};
   std::map<std::string, std::vector<const BenchResult*>> series;
   for (const BenchResult& r : results) {
     const std::string security = r.security == "off" ? "" : " (" + r.security + ")";

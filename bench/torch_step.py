@@ -15,6 +15,10 @@ only (no overlap with backward). Prints the median step time over the measured s
 0's), the bytes each worker sends per step, and the Python layer's ratio to ps-bench.
 
     /usr/bin/python3 bench/torch_step.py --build build --workers 2 --shards 2 --model_mb 100
+    /usr/bin/python3 bench/torch_step.py --build build --model_mb 4,16,64,256 --plot step.svg
+
+With several model sizes, each is measured in turn (a table each); --plot draws the step times
+and their ratio to the first way against the model's size (ps-plot).
 """
 
 import argparse
@@ -112,7 +116,7 @@ def with_cluster(args, body):
 def run_hetps(args, mode):
     def body(cluster):
         env = {"HETPS_SERVERS": ",".join(cluster.servers), "HETPS_TRANSPORT": args.transport,
-               "HETPS_CALL_TIMEOUT_S": "300",
+               "HETPS_CALL_TIMEOUT_S": "300", "HETPS_LOG_LEVEL": "warning",
                "PYTHONPATH": os.path.join(args.build, "python")}
         return run_workers(args, mode, env)["times"]
     return with_cluster(args, body)
@@ -150,7 +154,8 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--model_mb", type=int, default=100)
+    parser.add_argument("--model_mb", default="100",
+                        help="the model's size in MiB, or a list of sizes measured in turn")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -158,10 +163,32 @@ def main():
     parser.add_argument("--transport", default="grpc", help="the workers' transport")
     parser.add_argument("--shard_transport", default=None,
                         help="the shards' --transport (default: theirs, UCX where built)")
+    parser.add_argument("--plot", default="", help="an SVG of step times against model size")
     args = parser.parse_args()
     if args.role == "worker":
+        args.model_mb = int(args.model_mb)
         return worker(args)
 
+    try:
+        sizes = [int(mb) for mb in args.model_mb.split(",")]
+    except ValueError:
+        raise SystemExit(f"--model_mb takes sizes in MiB, e.g. 100 or 4,16,64, not {args.model_mb}")
+    ways = args.ways.split(",")
+    unknown = set(ways) - set(WAYS)
+    if unknown:
+        raise SystemExit(f"--ways takes {','.join(WAYS)}, not {','.join(sorted(unknown))}")
+    points = []  # (model bytes, way, seconds)
+    for index, size in enumerate(sizes):
+        args.model_mb = size
+        # A port per size and round: gloo's listener of the last one may still linger.
+        model, found = measure_size(args, ways, 29500 + (os.getpid() + index * args.rounds) % 1000)
+        points.extend((model, name, seconds) for name, seconds in found.items())
+    if args.plot:
+        draw(args, ways, points)
+
+
+def measure_size(args, ways, port):
+    """Rounds of every way for one model size: prints its table, returns (bytes, {way: s})."""
     layers = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS))
     model = layers * 4 * LAYER_ELEMENTS
     w = args.workers
@@ -170,11 +197,6 @@ def main():
           f"{args.warmup} warm-up, {args.rounds} rounds", flush=True)
     # Rounds interleave the ways, so that a noisy moment does not fall on one of them only;
     # each figure is the median over the rounds of rank 0's median step.
-    port = 29500 + os.getpid() % 1000
-    ways = args.ways.split(",")
-    unknown = set(ways) - set(WAYS)
-    if unknown:
-        raise SystemExit(f"--ways takes {','.join(WAYS)}, not {','.join(sorted(unknown))}")
     figures = {name: [] for name in ways}
     for round_index in range(args.rounds):
         for name in ways:
@@ -201,6 +223,29 @@ def main():
         if f"hetps-{rule}" in found and f"c++-{rule}" in found:
             print(f"python layer over ps-bench, {rule}: "
                   f"{found[f'hetps-{rule}'] / found[f'c++-{rule}']:.2f}x")
+    return model, found
+
+
+def draw(args, ways, points):
+    """Step time and its ratio to the first way against model size, through ps-plot."""
+    times = f"step's communication (ms), {args.workers} workers x {args.shards} shards"
+    ratio = f"step time / {ways[0]}'s"
+    x_label = "model size (bytes)"
+    lines = [f"panel\t{times}\tlog\t{x_label}", f"panel\t{ratio}\tlinear\t{x_label}"]
+    first = {model: seconds for model, name, seconds in points if name == ways[0]}
+    for model, name, seconds in points:
+        style = "dotted" if name.startswith("c++-") else "solid"
+        lines.append(f"{times}\t{name}\t{model}\t{seconds * 1e3:.3f}\t{style}")
+        lines.append(f"{ratio}\t{name}\t{model}\t{seconds / first[model]:.4f}\t{style}")
+    with tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False) as table:
+        table.write("\n".join(lines) + "\n")
+    try:
+        subprocess.run([os.path.join(args.build, "bench", "ps-plot"), "--in", table.name,
+                        "--out", args.plot], check=True)
+    finally:
+        os.unlink(table.name)
+    print(f"plot: {args.plot}")
+
 
 if __name__ == "__main__":
     main()

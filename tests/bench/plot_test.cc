@@ -54,6 +54,7 @@ TEST(PlotTableTest, AMalformedLineIsRefusedByItsNumber) {
   };
   for (const Case& c : {
            Case{"panel\tx\tcubic\n", "line 1: a panel line"},
+           Case{"panel\tx\tlog\tsize\textra\n", "line 1: a panel line"},
            Case{"p\ts\t4096\n", "line 1: a point is"},
            Case{"\np\ts\tfour\t1\n", "line 2: bytes \"four\""},
            Case{"p\ts\t0\t1\n", "line 1: bytes \"0\""},
@@ -94,6 +95,20 @@ TEST(PlotSvgTest, EverySeriesIsDrawnAndNamedOnceInOneColor) {
   // Axis labels name the sizes.
   EXPECT_NE(svg.find(">4K</text>"), std::string::npos);
   EXPECT_NE(svg.find(">16K</text>"), std::string::npos);
+}
+
+TEST(PlotSvgTest, APanelNamesItsXAxisAsDeclared) {
+  const auto panels = ParsePlotTable(
+      "panel\tstep (ms)\tlog\tmodel size (bytes)\n"
+      "panel\tratio\tlinear\n"
+      "step (ms)\tallreduce\t4194304\t5\n"
+      "ratio\tallreduce\t4194304\t1\n");
+  ASSERT_TRUE(panels.ok()) << panels.status();
+  EXPECT_EQ((*panels)[0].x_label, "model size (bytes)");
+  EXPECT_EQ((*panels)[1].x_label, "message size (bytes)");  // the default
+  const std::string svg = PlotSvg(*panels);
+  EXPECT_EQ(Count(svg, ">model size (bytes)</text>"), 1u);
+  EXPECT_EQ(Count(svg, ">message size (bytes)</text>"), 1u);
 }
 
 TEST(PlotSvgTest, NothingToPlotStillMakesAPicture) {

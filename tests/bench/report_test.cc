@@ -93,6 +93,7 @@ TEST(ReportTest, TableAndPlotShowEveryResult) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("grpc pushpull"), std::string::npos);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find(">message size (bytes)</text>"), std::string::npos);  // both x axes
   EXPECT_EQ(ResultsSvg({}).rfind("<svg", 0), 0u);  // nothing to plot still makes a picture
 }
 
