@@ -3,8 +3,10 @@
 // Every `every` steps each BSP partition hands a copy of itself to its shard's
 // CheckpointWriter right after the update that reaches the version (Partition::Config): a
 // memory copy on the partition's owner thread, the only pause training sees. Since every
-// partition passes every version, the copies of one version are a cut of the whole job. Once
-// this shard's copies of step S are all in, a background thread writes them to
+// partition passes every version, the copies of one version are a cut of the whole job. A
+// writer is per group (the partitions placed on shard <i>), kept by the shard serving it: after
+// a takeover the next shard writes the lost shard's part too. Once a part's copies of step S are
+// all in, a background thread writes them to
 //
 //   DIR/step-<S>/shard-<i>-of-<N>.part      weights, optimizer state, versions, workers' runs
 //   DIR/step-<S>/shard-<i>-of-<N>.sum       its size and CRC-32C

@@ -29,9 +29,10 @@ absl::StatusOr<std::unique_ptr<Partition>> Partition::Create(const Config& confi
   HETPS_ASSIGN_OR_RETURN(AlignedBuffer state, AlignedBuffer::Allocate(state_floats));
   auto partition =
       std::unique_ptr<Partition>(new Partition(config, std::move(weights), std::move(state)));
-  if (config.checkpoint) {
+  if (config.checkpoint && !config.backup) {
     // The first checkpoint's copy on write finds its buffer in memory already (zeroed now, at
-    // declaration, rather than faulted in during a step).
+    // declaration, rather than faulted in during a step). A backup's is allocated when it is
+    // needed, after a takeover.
     HETPS_ASSIGN_OR_RETURN(AlignedBuffer spare, AlignedBuffer::AllocateZeroed(config.range.size));
     partition->spare_weights_ = std::make_shared<AlignedBuffer>(std::move(spare));
   }

@@ -11,7 +11,8 @@
 namespace hetps::server {
 
 void Partition::CheckpointIfDue() {
-  if (!config_.checkpoint) return;
+  // A backup's copies are its primary's to give; once promoted it gives them.
+  if (!config_.checkpoint || is_backup()) return;
   const uint64_t now = version();
   const bool asked = std::erase(checkpoint_at_, now) > 0;
   const bool periodic = config_.checkpoint_every > 0 && now % config_.checkpoint_every == 0 &&

@@ -25,16 +25,26 @@ Shard::Shard(const ShardOptions& options)
                       options.peer_transport != nullptr && !options.etcd.empty()),
       group_server_(new std::atomic<uint32_t>[options.num_shards]),
       replica_target_(new std::atomic<int32_t>[options.num_shards]),
+      bsp_partitions_(new std::atomic<size_t>[options.num_shards]()),
       changes_received_(new std::atomic<bool>[options.num_shards]()),
       runs_(new std::atomic<uint64_t>[options.num_workers]()) {
   metrics_->timed = options.time_requests;  // before any request
   if (metrics_->timed) CycleClock::Calibrate();
   if (!options_.checkpoint_dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointWriter>(
-        options_.checkpoint_dir,
-        CheckpointIdentity{options_.job_id, options_.shard_index, options_.num_shards,
-                           options_.num_workers},
-        [this] { return CheckpointCatalog(); }, [this] { return bsp_partitions_.load(); });
+    checkpoints_.resize(options_.num_shards);
+    for (uint32_t group : CheckpointGroups()) {
+      // A group's part has as many copies as its partitions while this shard serves it, and
+      // none otherwise (the shard serving it writes it).
+      checkpoints_[group] = std::make_unique<CheckpointWriter>(
+          options_.checkpoint_dir,
+          CheckpointIdentity{options_.job_id, group, options_.num_shards, options_.num_workers},
+          [this] { return CheckpointCatalog(); },
+          [this, group]() -> size_t {
+            return group_server_[group].load() == options_.shard_index
+                       ? bsp_partitions_[group].load()
+                       : 0;
+          });
+    }
   }
   const int threads = std::max(1, options_.threads);
   for (int i = 0; i < threads; ++i) {

@@ -258,8 +258,12 @@ class Shard final : public transport::RequestHandler {
   // OK while the shard may acknowledge updates: without etcd always; with etcd while its
   // lease is held. Unavailable, saying why, once it is not.
   absl::Status CheckLease() const;
-  // This shard's partitions of BSP tensors (what checkpoints hold), with their tensor keys.
+  // The partitions of BSP tensors this shard serves (what its checkpoint parts hold), with
+  // their tensor keys.
   std::vector<std::pair<TensorRef, Partition*>> CheckpointedPartitions() const;
+  // The groups whose checkpoint parts this shard may write: its own and, replicated, the
+  // previous shard's.
+  std::vector<uint32_t> CheckpointGroups() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
   // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)
@@ -324,10 +328,12 @@ class Shard final : public transport::RequestHandler {
   WaitingRequests waiting_;  // pulls that wait, by connection
   BarrierCoordinator barrier_;
   TensorTable table_;
-  // Before the owners, which hand it their copies: it goes after them.
-  std::unique_ptr<CheckpointWriter> checkpoints_;
-  std::atomic<size_t> bsp_partitions_{0};  // this shard's partitions of BSP tensors
-  uint64_t resume_step_ = 0;               // set by Restore, before any request
+  // Before the owners, which hand them their copies: they go after them. By group (the shard a
+  // partition is placed on), for this shard's own and, replicated, the previous shard's, whose
+  // part this shard writes while it serves them (after a takeover); empty without
+  // --checkpoint_dir.
+  std::vector<std::unique_ptr<CheckpointWriter>> checkpoints_;
+  uint64_t resume_step_ = 0;  // set by Restore, before any request
   std::vector<std::unique_ptr<TaskThread>> owners_;
   // Creates declared tensors, off the transport threads.
   std::unique_ptr<TaskThread> declarer_;
@@ -341,6 +347,8 @@ class Shard final : public transport::RequestHandler {
   // serves, the shard their changes go to (-1: none).
   const std::unique_ptr<std::atomic<uint32_t>[]> group_server_;
   const std::unique_ptr<std::atomic<int32_t>[]> replica_target_;
+  // By group: the partitions of BSP tensors placed on it (counted for CheckpointGroups()).
+  const std::unique_ptr<std::atomic<size_t>[]> bsp_partitions_;
   // Created its own group's key in etcd: started with the job, so its copies are complete.
   std::atomic<bool> fresh_member_{false};
   // Watcher thread only, by group: the epoch in which its server was seen registered, and the

@@ -2,13 +2,16 @@
 // restoring a part at start, checkpoints on demand (Client::Checkpoint) and on SIGTERM.
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/partitioning.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
 #include "server/request_util.h"
@@ -17,7 +20,17 @@
 namespace hetps::server {
 
 uint64_t Shard::last_checkpoint() const {
-  return checkpoints_ == nullptr ? 0 : checkpoints_->last_durable();
+  uint64_t newest = 0;
+  for (const auto& writer : checkpoints_) {
+    if (writer != nullptr) newest = std::max(newest, writer->last_durable());
+  }
+  return newest;
+}
+
+std::vector<uint32_t> Shard::CheckpointGroups() const {
+  const uint32_t me = options_.shard_index;
+  if (!replication_on_) return {me};
+  return {me, (me + options_.num_shards - 1) % options_.num_shards};
 }
 
 std::map<uint64_t, hetps::v1::TensorImage> Shard::CheckpointCatalog() const {
@@ -138,7 +151,7 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
   absl::Status status = checkpoint.status();
   if (status.ok()) status = CheckRank(checkpoint->worker_rank());
   if (status.ok()) status = CheckStateRun(checkpoint->shard_incarnation());
-  if (status.ok() && checkpoints_ == nullptr) {
+  if (status.ok() && checkpoints_.empty()) {
     status = absl::FailedPreconditionError(absl::StrFormat(
         "shard %d keeps no checkpoints: start it with --checkpoint_dir", options_.shard_index));
   }
@@ -150,7 +163,13 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
     return;
   }
   const std::vector<std::pair<TensorRef, Partition*>> partitions = CheckpointedPartitions();
-  if (partitions.empty()) {  // this shard has no part to write
+  // The parts this shard writes: of the groups it serves (two after a takeover).
+  std::set<uint32_t> groups;
+  for (const auto& [tensor, partition] : partitions) {
+    groups.insert(ShardOfPartition(tensor->decl.key(), partition->index(), options_.num_shards));
+  }
+  std::erase_if(groups, [this](uint32_t group) { return checkpoints_[group] == nullptr; });
+  if (groups.empty()) {  // this shard has no part to write
     reply(HeaderResponse(hetps::v1::CheckpointResponse()));
     return;
   }
@@ -165,14 +184,19 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
             "that step: do all workers push it?)",
             shard, step)));
       });
-  checkpoints_->WhenDurable(step, [once, timer, timers = timers_.get()](absl::Status durable) {
-    timers->Cancel(timer);
-    if (durable.ok()) {
-      (*once)(HeaderResponse(hetps::v1::CheckpointResponse()));
-    } else {
-      (*once)(durable);
-    }
-  });
+  auto parts_left = std::make_shared<std::atomic<size_t>>(groups.size());
+  for (uint32_t group : groups) {
+    checkpoints_[group]->WhenDurable(
+        step, [once, timer, parts_left, timers = timers_.get()](absl::Status durable) {
+          if (durable.ok() && parts_left->fetch_sub(1) > 1) return;  // another part to come
+          timers->Cancel(timer);
+          if (durable.ok()) {
+            (*once)(HeaderResponse(hetps::v1::CheckpointResponse()));
+          } else {
+            (*once)(durable);
+          }
+        });
+  }
   for (const auto& [tensor, partition] : partitions) {
     owners_[partition->owner()]->Post([tensor = tensor, partition = partition, step, once] {
       absl::Status asked = partition->CheckpointAt(step);
@@ -182,7 +206,7 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
 }
 
 absl::Status Shard::CheckpointNow(absl::Time deadline) {
-  if (checkpoints_ == nullptr) return absl::OkStatus();
+  if (checkpoints_.empty()) return absl::OkStatus();
   const std::vector<std::pair<TensorRef, Partition*>> partitions = CheckpointedPartitions();
   if (partitions.empty()) return absl::OkStatus();
   struct Gathered {
@@ -224,7 +248,17 @@ absl::Status Shard::CheckpointNow(absl::Time deadline) {
         lowest, highest, last_checkpoint()));
   }
   if (copies.empty() || highest == 0) return absl::OkStatus();  // nothing (trained) to keep
-  return checkpoints_->WriteNow(highest, std::move(copies));
+  // A part per group served (two after a takeover).
+  std::map<uint32_t, CheckpointWriter::Copies> parts;
+  for (auto& [key, copy] : copies) {
+    const uint32_t group = ShardOfPartition(key, copy.index, options_.num_shards);
+    parts[group].emplace_back(key, std::move(copy));
+  }
+  for (auto& [group, part] : parts) {
+    if (checkpoints_[group] == nullptr) continue;  // not a group this shard keeps copies of
+    HETPS_RETURN_IF_ERROR(checkpoints_[group]->WriteNow(highest, std::move(part)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace hetps::server

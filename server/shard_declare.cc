@@ -212,9 +212,10 @@ absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::
     dropped_keys_.erase(decl.key());
   }
   if (decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
-    const ShardShare share =
-        ShareOfShard(layout, decl.key(), options_.num_shards, options_.shard_index);
-    bsp_partitions_.fetch_add(share.partitions);
+    for (uint32_t group : CheckpointGroups()) {
+      bsp_partitions_[group].fetch_add(
+          ShareOfShard(layout, decl.key(), options_.num_shards, group).partitions);
+    }
   }
   return inserted;
 }
@@ -270,12 +271,14 @@ absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup)
       };
       config.replicating = replica_target_[shard].load() >= 0;
     }
-    if (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP && !backup) {
+    // Backups too: one taken over writes its group's part (Partition::CheckpointIfDue).
+    CheckpointWriter* writer = checkpoints_.empty() ? nullptr : checkpoints_[shard].get();
+    if (writer != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
       config.checkpoint_every = options_.checkpoint_every;
-      config.checkpoint = [writer = checkpoints_.get(), key = decl.key()](PartitionCopy copy) {
+      config.checkpoint = [writer, key = decl.key()](PartitionCopy copy) {
         writer->Offer(key, std::move(copy));
       };
-      config.periodic_wanted = [writer = checkpoints_.get()](uint64_t version) {
+      config.periodic_wanted = [writer](uint64_t version) {
         return writer->TakesPeriodic(version);
       };
     }
@@ -295,9 +298,9 @@ absl::StatusOr<uint64_t> Shard::ReserveMemory(const hetps::v1::TensorDecl& decl,
   // The backup copies take weights, state and a buffer for the step they apply. Values come
   // from the wire: every product is checked, so that a huge one cannot wrap around to a small
   // one.
-  const uint64_t buffers =
-      2 + optimizer.state_slots() +
-      (checkpoints_ != nullptr && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) + replication_on_;
+  const uint64_t buffers = 2 + optimizer.state_slots() +
+                           (!checkpoints_.empty() && decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) +
+                           replication_on_;
   const ShardShare backups =
       replication_on_
           ? ShareOfShard(layout, decl.key(), options_.num_shards,

@@ -55,10 +55,12 @@ void Shard::DropNow(const std::vector<uint64_t>& keys, transport::ReplyCallback 
       dropped_keys_.insert(key);
     }
     if (tensor->decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
-      bsp_partitions_.fetch_sub(
-          ShareOfShard(tensor->layout, key, options_.num_shards, options_.shard_index).partitions);
-      // Checkpoints being gathered no longer wait for its partitions.
-      if (checkpoints_ != nullptr) checkpoints_->Forget(key);
+      for (uint32_t group : CheckpointGroups()) {
+        bsp_partitions_[group].fetch_sub(
+            ShareOfShard(tensor->layout, key, options_.num_shards, group).partitions);
+        // Checkpoints being gathered no longer wait for its partitions.
+        if (!checkpoints_.empty()) checkpoints_[group]->Forget(key);
+      }
     }
     ReleaseMemory(tensor->reserved_bytes);
     response.set_dropped(response.dropped() + 1);

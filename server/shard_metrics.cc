@@ -206,12 +206,15 @@ std::string Shard::RenderMetrics() const {
     out.Sample("hetps_shard_lease_held", {}, CheckLease().ok() ? 1 : 0);
   }
 
-  if (checkpoints_ != nullptr) {
+  if (!checkpoints_.empty()) {
     out.Family("hetps_shard_last_checkpoint_step", "gauge",
                "Newest step of which this shard's checkpoint part is durable (0: none).");
     out.Sample("hetps_shard_last_checkpoint_step", {},
                static_cast<double>(stats.last_checkpoint()));
-    const absl::Time written = checkpoints_->last_durable_time();
+    absl::Time written = absl::InfinitePast();
+    for (const auto& writer : checkpoints_) {
+      if (writer != nullptr) written = std::max(written, writer->last_durable_time());
+    }
     if (written != absl::InfinitePast()) {
       out.Family("hetps_shard_last_checkpoint_timestamp_seconds", "gauge",
                  "When that checkpoint part became durable, in seconds since the Unix epoch.");

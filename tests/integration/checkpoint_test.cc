@@ -6,11 +6,13 @@
 
 #include <signal.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -353,6 +355,83 @@ TEST_P(CheckpointTest, ShardsWithoutACheckpointDirRefuseACheckpoint) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_TRUE(absl::StrContains(refused.message(), "--checkpoint_dir")) << refused;
   Steps(**client, *id, spec.num_elements, 2, 3);
+}
+
+// Replicated, shard 1 killed early: shard 2 serves its partitions from then on and writes its
+// part of every later checkpoint, so checkpoints still commit. The one of the last step, restored
+// into a fresh cluster, holds exactly the weights the workers ended with.
+TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::string dir = cluster_.dir() + "/checkpoints";
+  const int steps = 60;
+  // One checkpoint, of the last step (an earlier one still being written cannot skip it).
+  ASSERT_TRUE(StartCluster(3, 2,
+                           {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1",
+                            absl::StrCat("--checkpoint_every=", steps), "--checkpoint_dir=" + dir})
+                  .ok());
+  auto workers = StartWorkers(2, steps, "bsp");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 10 ") && absl::Now() < deadline &&
+         workers[0]->running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 10 "))
+      << WorkerLog(cluster_, 0);
+  cluster_.shard(1).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+  }
+  const std::string last = server::CheckpointStepDir(dir, steps);
+  ASSERT_TRUE(AwaitFile(last + "/MANIFEST", absl::Seconds(30)))
+      << ReadFile(cluster_.shard_log(0)) << ReadFile(cluster_.shard_log(2));
+  // Shard 2 wrote shard 1's part (its writer logs after the part is durable: maybe after the
+  // manifest, which the other part's writer may have committed).
+  const std::string wrote_part_1 =
+      absl::StrCat("shard 1: its part of the checkpoint of step ", steps, " is durable");
+  const absl::Time logged_by = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(ReadFile(cluster_.shard_log(2)), wrote_part_1) &&
+         absl::Now() < logged_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(absl::StrContains(ReadFile(cluster_.shard_log(2)), wrote_part_1))
+      << ReadFile(cluster_.shard_log(2));
+  const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model0"));
+  ASSERT_EQ(model.size(), static_cast<size_t>(integration::kDim + 1));
+  cluster_.shard(0).Signal(SIGKILL);
+  cluster_.shard(2).Signal(SIGKILL);
+
+  // A new run of the job from that checkpoint, unreplicated (no etcd).
+  LocalCluster restored;
+  ASSERT_TRUE(StartClusterOf(restored, 3, 2, {"--restore=" + dir}).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(
+        absl::StrContains(ReadFile(restored.shard_log(i)), absl::StrCat("restored step ", steps)))
+        << ReadFile(restored.shard_log(i));
+  }
+  ClientOptions options = InProcessClientOptions(0, 2);
+  options.servers = restored.addresses();
+  options.partition_bytes = 1024;  // as the workers cut them
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> read;
+  for (const auto& [name, elements] :
+       {std::pair{"linreg.weight", integration::kDim}, std::pair{"linreg.bias", 1}}) {
+    TensorSpec spec;
+    spec.name = name;
+    spec.num_elements = static_cast<uint64_t>(elements);
+    spec.optimizer = {"sgd", {{"lr", integration::kLearningRate}}};
+    absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<TensorState> state = (*client)->ReadState(*id);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->version, static_cast<uint64_t>(steps)) << name;
+    read.insert(read.end(), state->weights.begin(), state->weights.end());
+  }
+  ASSERT_EQ(read.size(), model.size());
+  EXPECT_EQ(std::memcmp(read.data(), model.data(), model.size() * sizeof(float)), 0)
+      << "the restored weights differ from the ones the workers ended with";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CheckpointTest,
