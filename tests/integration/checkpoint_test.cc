@@ -55,6 +55,17 @@ bool AwaitFile(const std::string& path, absl::Duration timeout) {
   return true;
 }
 
+// Waits (bounded) until the file at `path` (another process's log) holds `text`. The processes
+// give no other signal, so the file is read every 10 ms until the deadline.
+bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!absl::StrContains(ReadFile(path), text)) {
+    if (absl::Now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 void KillShards(LocalCluster& cluster, int num_shards) {
   for (int i = 0; i < num_shards; ++i) {
     cluster.shard(i).Signal(SIGKILL);
@@ -371,12 +382,8 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
                             absl::StrCat("--checkpoint_every=", steps), "--checkpoint_dir=" + dir})
                   .ok());
   auto workers = StartWorkers(2, steps, "bsp");
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 10 ") && absl::Now() < deadline &&
-         workers[0]->running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 10 "))
+  ASSERT_TRUE(
+      AwaitText(absl::StrCat(cluster_.dir(), "/worker0.log"), "rank 0 step 10 ", absl::Seconds(60)))
       << WorkerLog(cluster_, 0);
   cluster_.shard(1).Signal(SIGKILL);
   ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
@@ -388,14 +395,10 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
       << ReadFile(cluster_.shard_log(0)) << ReadFile(cluster_.shard_log(2));
   // Shard 2 wrote shard 1's part (its writer logs after the part is durable: maybe after the
   // manifest, which the other part's writer may have committed).
-  const std::string wrote_part_1 =
-      absl::StrCat("shard 1: its part of the checkpoint of step ", steps, " is durable");
-  const absl::Time logged_by = absl::Now() + absl::Seconds(30);
-  while (!absl::StrContains(ReadFile(cluster_.shard_log(2)), wrote_part_1) &&
-         absl::Now() < logged_by) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(absl::StrContains(ReadFile(cluster_.shard_log(2)), wrote_part_1))
+  EXPECT_TRUE(
+      AwaitText(cluster_.shard_log(2),
+                absl::StrCat("shard 1: its part of the checkpoint of step ", steps, " is durable"),
+                absl::Seconds(30)))
       << ReadFile(cluster_.shard_log(2));
   const std::vector<float> model = ReadFloats(absl::StrCat(cluster_.dir(), "/model0"));
   ASSERT_EQ(model.size(), static_cast<size_t>(integration::kDim + 1));
