@@ -48,6 +48,10 @@ ip link set "veth-$$" up
 ip netns exec "$ns" ip addr add "$ns_ip/30" dev "veth-$$-ns"
 ip netns exec "$ns" ip link set "veth-$$-ns" up
 ip netns exec "$ns" ip link set lo up
+# As on a real machine, the namespace routes everything through its link. UCX over TCP offers
+# every interface of a process: the workers' list may hold an address of another test's veth,
+# which shard 0 reaches only through the host.
+ip netns exec "$ns" ip route add default via "$host_ip"
 
 # One cluster: etcd and shards 1, 2 on the host's end of the veth, shard 0 in the namespace.
 # `cut` set: shard 0 runs in the namespace (the undisturbed run has all on the host).
@@ -92,7 +96,8 @@ start_workers() {  # name, servers; the workers' pids in worker_pids
 
 start_cluster cut cut
 start_workers cut "$servers"
-await "grep -q 'rank 0 step 60 ' $run_dir/cut-worker0.log" 120
+await "grep -q 'rank 0 step 60 ' $run_dir/cut-worker0.log || ! kill -0 ${worker_pids[0]} 2>/dev/null" 120
+grep -q 'rank 0 step 60 ' "$run_dir/cut-worker0.log" || fail "worker 0 ended before step 60"
 ip netns exec "$ns" ip link set "veth-$$-ns" down
 for pid in "${worker_pids[@]}"; do wait "$pid" || fail "a worker of the cut cluster failed"; done
 grep -q "not renewed" "$run_dir/cut-shard0.log" || fail "shard 0 did not notice that it lost its lease"
