@@ -142,12 +142,17 @@ class Shard final : public transport::RequestHandler {
   std::vector<PartitionDigest> PartitionDigests();
 
   // Who serves the partitions placed on a shard (its group) and who keeps complete copies of
-  // them, as etcd's key /hetps/<job>/groups/<group> says ("epoch server backup lease").
+  // them, as etcd's key /hetps/<job>/groups/<group> says ("epoch server backup lease
+  // server_lease").
   struct GroupRecord {
     uint64_t epoch = 0;  // bumped by each takeover
     uint32_t server = 0;
     int64_t backup = -1;       // -1: none
     int64_t backup_lease = 0;  // the backup's etcd lease (its run); 0: named at the job's start
+    // The server's lease when it claimed the group (its run): a server registered under
+    // another lease has restarted since, and its memory holds nothing of the group. 0: not
+    // recorded (a record of an older layout).
+    int64_t server_lease = 0;
     int64_t mod_revision = 0;  // etcd's, of the key as read
   };
 
@@ -233,6 +238,9 @@ class Shard final : public transport::RequestHandler {
   // partitions to a new one (CatchUp).
   void ManageGroups();
   void ManageGroup(uint32_t group, GroupRecord record);
+  // Takes the record's server as the group's, unless the record names this shard from an
+  // earlier run (false: the group is not this shard's to serve).
+  bool NoteServer(uint32_t group, const GroupRecord& record);
   void WatchBackup(uint32_t group, const GroupRecord& record);
   void TakeOver(uint32_t group, const GroupRecord& record);
   void ForgetBackup(uint32_t group, uint32_t backup);

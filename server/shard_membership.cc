@@ -19,18 +19,20 @@ namespace hetps::server {
 
 namespace {
 
-// A group's key holds "<epoch> <server> <backup or -> <backup's lease>".
+// A group's key holds "<epoch> <server> <backup or -> <backup's lease> <server's lease>"
+// (records of an older layout lack the last field).
 std::string FormatGroup(const Shard::GroupRecord& record) {
   return absl::StrCat(record.epoch, " ", record.server, " ",
                       record.backup < 0 ? "-" : absl::StrCat(record.backup), " ",
-                      record.backup_lease);
+                      record.backup_lease, " ", record.server_lease);
 }
 
 bool ParseGroup(const std::string& value, Shard::GroupRecord* record) {
   const std::vector<std::string> fields = absl::StrSplit(value, ' ');
-  if (fields.size() != 4 || !absl::SimpleAtoi(fields[0], &record->epoch) ||
+  if ((fields.size() != 4 && fields.size() != 5) || !absl::SimpleAtoi(fields[0], &record->epoch) ||
       !absl::SimpleAtoi(fields[1], &record->server) ||
-      !absl::SimpleAtoi(fields[3], &record->backup_lease)) {
+      !absl::SimpleAtoi(fields[3], &record->backup_lease) ||
+      (fields.size() == 5 && !absl::SimpleAtoi(fields[4], &record->server_lease))) {
     return false;
   }
   record->backup = -1;
@@ -94,6 +96,7 @@ absl::Status Shard::ClaimOwnGroup() {
   GroupRecord initial;
   initial.epoch = 1;
   initial.server = me;
+  initial.server_lease = lease_->id();
   // The next shard starts with the job, with complete copies: it names its lease itself.
   // Restored from a checkpoint, it has none: it becomes the backup by catching up.
   initial.backup = replication_on_ && resume_step_ == 0
@@ -116,7 +119,17 @@ absl::Status Shard::ClaimOwnGroup() {
     if (!server.ok() && server.status().code() != absl::StatusCode::kNotFound) {
       return server.status();
     }
-    if (record.server != me && server.ok()) {
+    // The shard that took the group over still runs (the run that took it: it holds the
+    // state). A shard restored from a checkpoint waits until a taker seen alive has lasted
+    // beyond the last run's leases: a run stopped just before the restore still holds its
+    // lease for a while, and its copies are not this run's state.
+    const bool taker_runs = record.server != me && server.ok() &&
+                            (record.server_lease == 0 || server->lease == record.server_lease);
+    if (taker_runs && resume_step_ > 0 && absl::Now() < deadline) {
+      absl::SleepFor(options_.lease_ttl / 4);
+      continue;
+    }
+    if (taker_runs) {
       // Served by the shard that took them over: this shard's state lives on there, and this
       // shard rejoins as a backup, so workers that knew it keep their view of its run.
       HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> run, etcd_->Get(StateRunKey(me)));
@@ -139,7 +152,7 @@ absl::Status Shard::ClaimOwnGroup() {
   }
   // A new run of the job, or its state is lost (no backup took it over: workers that knew the
   // last run get DataLoss): this shard's own again, without a backup until one catches up.
-  GroupRecord reclaimed{record.epoch + 1, me, -1, 0, record.mod_revision};
+  GroupRecord reclaimed{record.epoch + 1, me, -1, 0, lease_->id(), record.mod_revision};
   HETPS_ASSIGN_OR_RETURN(bool won, WriteGroup(me, reclaimed));
   if (!won) return absl::AbortedError("another shard claimed this shard's partitions");
   group_server_[me].store(me);
@@ -175,7 +188,7 @@ void Shard::ReportBackupLost(uint32_t group, uint32_t backup) {
 }
 
 void Shard::ManageGroup(uint32_t group, GroupRecord record) {
-  group_server_[group].store(record.server);
+  if (!NoteServer(group, record)) return;
   const uint32_t me = options_.shard_index;
   if (record.server == me) {
     if (!CheckLease().ok()) return;
@@ -212,6 +225,17 @@ void Shard::ManageGroup(uint32_t group, GroupRecord record) {
   }
 }
 
+bool Shard::NoteServer(uint32_t group, const GroupRecord& record) {
+  // Named by a record of this shard's earlier run: that run took the group over, and its
+  // copies went with its memory. This run serves it only by claiming it anew.
+  if (record.server == options_.shard_index && record.server_lease != 0 && lease_ != nullptr &&
+      record.server_lease != lease_->id()) {
+    return false;
+  }
+  group_server_[group].store(record.server);
+  return true;
+}
+
 void Shard::WatchBackup(uint32_t group, const GroupRecord& record) {
   const uint32_t backup = static_cast<uint32_t>(record.backup);
   absl::StatusOr<EtcdClient::Value> member = FindMember(backup);
@@ -232,7 +256,8 @@ void Shard::WatchBackup(uint32_t group, const GroupRecord& record) {
 void Shard::TakeOver(uint32_t group, const GroupRecord& record) {
   // Only a shard that holds its own lease may take over; etcd decides between contenders.
   if (!CheckLease().ok()) return;
-  GroupRecord next{record.epoch + 1, options_.shard_index, -1, 0, record.mod_revision};
+  GroupRecord next{record.epoch + 1, options_.shard_index, -1, 0,
+                   lease_->id(),     record.mod_revision};
   absl::StatusOr<bool> won = WriteGroup(group, next);
   if (!won.ok() || !*won) return;
   LogWarning(
@@ -297,7 +322,7 @@ absl::Status Shard::JoinCluster() {
   HETPS_ASSIGN_OR_RETURN(lease_, LeaseHolder::Start(etcd_.get(), options_.lease_ttl));
   HETPS_ASSIGN_OR_RETURN(auto records, ReadGroups());
   for (uint32_t group = 0; group < options_.num_shards; ++group) {
-    if (records[group].has_value()) group_server_[group].store(records[group]->server);
+    if (records[group].has_value()) NoteServer(group, *records[group]);
   }
   HETPS_RETURN_IF_ERROR(ClaimOwnGroup());
   if (replication_on_) watcher_ = std::thread([this] { ManageGroups(); });

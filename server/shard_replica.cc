@@ -81,8 +81,7 @@ bool Shard::ServesGroup(uint32_t peer, uint32_t group) {
   // It may have taken the group over since this shard last looked.
   if (etcd_ == nullptr) return false;
   absl::StatusOr<GroupRecord> record = ReadGroup(group);
-  if (!record.ok()) return false;
-  group_server_[group].store(record->server);
+  if (!record.ok() || !NoteServer(group, *record)) return false;
   return record->server == peer;
 }
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -17,9 +18,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
+#include "server/etcd_client.h"
 #include "tests/integration/example_job.h"
 #include "tests/testing/etcd_process.h"
 #include "worker/client.h"
@@ -28,6 +32,7 @@ namespace hetps {
 namespace {
 
 namespace fs = std::filesystem;
+using integration::AwaitText;
 using integration::ReadFloats;
 using integration::WorkerLog;
 using testing::BinaryPath;
@@ -51,17 +56,6 @@ bool AwaitFile(const std::string& path, absl::Duration timeout) {
   while (!fs::exists(path)) {
     if (absl::Now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-// Waits (bounded) until the file at `path` (another process's log) holds `text`. The processes
-// give no other signal, so the file is read every 10 ms until the deadline.
-bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!absl::StrContains(ReadFile(path), text)) {
-    if (absl::Now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
 }
@@ -405,36 +399,82 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   cluster_.shard(0).Signal(SIGKILL);
   cluster_.shard(2).Signal(SIGKILL);
 
-  // A new run of the job from that checkpoint, unreplicated (no etcd).
+  // A new run of the job from that checkpoint, replicated again with the same etcd, whose
+  // records still say that shard 2 serves shard 1's partitions (the last run's takeover, while
+  // that run's leases may not have ended yet). Each shard must serve its own part again: shard
+  // 2's copies of shard 1's partitions hold nothing of the checkpoint.
   LocalCluster restored;
-  ASSERT_TRUE(StartClusterOf(restored, 3, 2, {"--restore=" + dir}).ok());
+  ASSERT_TRUE(StartClusterOf(restored, 3, 2,
+                             {"--restore=" + dir, "--replicas=2", "--etcd=" + (*etcd)->endpoint(),
+                              "--lease_s=1"})
+                  .ok());
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(
         absl::StrContains(ReadFile(restored.shard_log(i)), absl::StrCat("restored step ", steps)))
         << ReadFile(restored.shard_log(i));
   }
-  ClientOptions options = InProcessClientOptions(0, 2);
-  options.servers = restored.addresses();
-  options.partition_bytes = 1024;  // as the workers cut them
-  auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  std::vector<float> read;
-  for (const auto& [name, elements] :
-       {std::pair{"linreg.weight", integration::kDim}, std::pair{"linreg.bias", 1}}) {
-    TensorSpec spec;
-    spec.name = name;
-    spec.num_elements = static_cast<uint64_t>(elements);
-    spec.optimizer = {"sgd", {{"lr", integration::kLearningRate}}};
-    absl::StatusOr<TensorId> id = (*client)->Declare(spec);
-    ASSERT_TRUE(id.ok()) << id.status();
-    absl::StatusOr<TensorState> state = (*client)->ReadState(*id);
-    ASSERT_TRUE(state.ok()) << state.status();
-    EXPECT_EQ(state->version, static_cast<uint64_t>(steps)) << name;
-    read.insert(read.end(), state->weights.begin(), state->weights.end());
+  // Both workers take one more step with zero gradients (SGD: the weights stay bitwise what
+  // they were), through whichever shards serve now.
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::vector<TensorId>> ids(2);
+  const std::vector<std::pair<std::string, int>> tensors = {{"linreg.weight", integration::kDim},
+                                                            {"linreg.bias", 1}};
+  for (int r = 0; r < 2; ++r) {
+    ClientOptions options = InProcessClientOptions(r, 2);
+    options.servers = restored.addresses();
+    options.partition_bytes = 1024;  // as the workers cut them
+    auto client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    for (const auto& [name, elements] : tensors) {
+      TensorSpec spec;
+      spec.name = name;
+      spec.num_elements = static_cast<uint64_t>(elements);
+      spec.optimizer = {"sgd", {{"lr", integration::kLearningRate}}};
+      absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+      ASSERT_TRUE(id.ok()) << id.status();
+      ids[r].push_back(*id);
+    }
+    clients.push_back(*std::move(client));
   }
-  ASSERT_EQ(read.size(), model.size());
-  EXPECT_EQ(std::memcmp(read.data(), model.data(), model.size() * sizeof(float)), 0)
-      << "the restored weights differ from the ones the workers ended with";
+  std::vector<std::vector<float>> pulled(2, std::vector<float>(model.size()));
+  const std::vector<float> zeros(model.size(), 0.0f);  // outlives the operations
+  std::vector<Operation> operations;
+  for (int r = 0; r < 2; ++r) {
+    size_t offset = 0;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      const size_t n = static_cast<size_t>(tensors[t].second);
+      operations.push_back(clients[r]->PushPull(
+          ids[r][t], absl::MakeConstSpan(zeros).subspan(offset, n),
+          absl::MakeSpan(pulled[r]).subspan(offset, n), static_cast<uint64_t>(steps)));
+      offset += n;
+    }
+  }
+  for (const Operation& operation : operations) {
+    const absl::Status status = operation.Wait();
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(std::memcmp(pulled[r].data(), model.data(), model.size() * sizeof(float)), 0)
+        << "worker " << r << ": the step after the restore did not start from the checkpoint\n"
+        << ReadFile(restored.shard_log(1)) << ReadFile(restored.shard_log(2));
+  }
+  // And shard 1 has a backup again: it serves its partitions, and shard 2 has caught up with
+  // them (named with its lease), so that they survive the next loss and go on in checkpoints.
+  auto etcd_client = server::EtcdClient::Connect((*etcd)->endpoint());
+  ASSERT_TRUE(etcd_client.ok()) << etcd_client.status();
+  std::vector<std::string> fields;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
+    absl::StatusOr<std::optional<server::EtcdClient::Value>> value =
+        (*etcd_client)->Get("/hetps/hetps/groups/1");
+    ASSERT_TRUE(value.ok()) << value.status();
+    if (!value->has_value()) continue;
+    fields = absl::StrSplit((*value)->value, ' ');  // epoch server backup backup_lease ...
+    if (fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0") break;
+  }
+  EXPECT_TRUE(fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0")
+      << "group 1's record: " << absl::StrJoin(fields, " ") << "\n"
+      << ReadFile(restored.shard_log(1)) << ReadFile(restored.shard_log(2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CheckpointTest,

@@ -12,7 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/registry.h"
@@ -61,6 +64,17 @@ inline float FinalLoss(const std::string& log) {
   const size_t at = log.find("final loss ");
   if (at == std::string::npos) return INFINITY;
   return std::stof(log.substr(at + 11));
+}
+
+// Waits (bounded) until the file at `path` (another process's log) holds `text`. The processes
+// give no other signal, so the file is read every 10 ms until the deadline.
+inline bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!absl::StrContains(ReadFile(path), text)) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
 }
 
 inline std::string WorkerLog(const LocalCluster& cluster, int rank) {

@@ -3,6 +3,7 @@
 // its primary over the shards' own connections) holds bit for bit what its primary holds.
 #include <signal.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 namespace hetps {
 namespace {
 
+using integration::AwaitText;
 using integration::ExpectModelsMatchTheReference;
 using integration::kDim;
 using integration::kLearningRate;
@@ -166,6 +168,63 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
               integration::ReadFloats(absl::StrCat(undisturbed.dir(), "/model", r)))
         << "worker " << r << ": the weights differ from the undisturbed run's";
   }
+}
+
+// Shard 1 is lost and shard 2 takes its partitions over; then shard 2 is lost too, before
+// shard 1 came back: no copy of shard 1's partitions is left. Shard 2 restarts empty. The group
+// record still names it as their server (its earlier run), but its new run must not serve them:
+// its copies hold initial values at version 0, which workers would take for the model.
+TEST_P(ReplicationTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_TRUE(
+      StartCluster(3, 1, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}).ok());
+  ClientOptions options = InProcessClientOptions(0, 1);
+  options.servers = cluster_.addresses();
+  options.partition_bytes = 1024;  // 12 partitions, 4 on each shard
+  options.call_timeout = absl::Seconds(4);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorSpec spec;
+  spec.name = "lost";
+  spec.num_elements = 3072;
+  spec.optimizer = {"sgd", {{"lr", 0.25}}};
+  spec.init = Initializer::Constant(1.0);
+  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::vector<float> gradient(spec.num_elements, 1.0f);
+  std::vector<float> weights(spec.num_elements);
+  auto step = [&](uint64_t s) {
+    return (*client)
+        ->PushPull(*id, absl::MakeConstSpan(gradient), absl::MakeSpan(weights), s)
+        .Wait();
+  };
+  ASSERT_TRUE(step(0).ok());
+  cluster_.shard(1).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(AwaitText(cluster_.shard_log(2), "shard 1 is gone", absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(2));
+  const absl::Status served = step(1);
+  ASSERT_TRUE(served.ok()) << served;
+  ASSERT_EQ(weights[0], 0.5f);
+  cluster_.shard(2).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(2).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(AwaitText(cluster_.shard_log(0), "shard 2 is gone", absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(0));
+  ASSERT_TRUE(cluster_.Restart(2).ok());
+  // Shard 0 serves shard 2's partitions now and copies them to the restarted shard 2.
+  ASSERT_TRUE(AwaitText(cluster_.shard_log(0),
+                        "shard 2 is a full backup of the partitions placed on shard 2 again",
+                        absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(0));
+
+  std::fill(weights.begin(), weights.end(), -1.0f);
+  const absl::Status pulled = (*client)->Pull(*id, absl::MakeSpan(weights)).Wait();
+  EXPECT_FALSE(pulled.ok()) << "shard 1's partitions were served after both their copies were "
+                               "lost: "
+                            << std::count(weights.begin(), weights.end(), 1.0f)
+                            << " weights read back at their initial value\n"
+                            << testing::ReadFile(cluster_.shard_log(2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,

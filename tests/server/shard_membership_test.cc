@@ -16,7 +16,7 @@
 namespace hetps::server {
 namespace {
 
-// The fields of group 0's record in etcd: epoch, server, backup, backup's lease.
+// The fields of group 0's record in etcd: epoch, server, backup, backup's lease, server's lease.
 std::vector<std::string> GroupRecordFields(EtcdClient& etcd) {
   absl::StatusOr<std::optional<EtcdClient::Value>> value = etcd.Get("/hetps/hetps/groups/0");
   if (!value.ok() || !value->has_value()) return {};
@@ -51,7 +51,7 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
   // Ten watch periods of both shards: shard 1 stays named, with no lease yet.
   for (const absl::Time end = absl::Now() + absl::Seconds(1); absl::Now() < end;) {
     const std::vector<std::string> fields = GroupRecordFields(**client);
-    ASSERT_EQ(fields.size(), 4u);
+    ASSERT_EQ(fields.size(), 5u);
     ASSERT_EQ(fields[2], "1") << "shard 0 dropped its backup before it registered";
     ASSERT_EQ(fields[3], "0") << "shard 1 named its lease before it registered";
     absl::SleepFor(absl::Milliseconds(20));
@@ -61,14 +61,14 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
   std::vector<std::string> fields;
   for (const absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;) {
     fields = GroupRecordFields(**client);
-    if (fields.size() == 4 && fields[3] != "0") break;
+    if (fields.size() == 5 && fields[3] != "0") break;
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(fields.size(), 4u);
+  ASSERT_EQ(fields.size(), 5u);
   EXPECT_NE(fields[3], "0") << "shard 1 never named its lease";
   for (const absl::Time end = absl::Now() + absl::Milliseconds(500); absl::Now() < end;) {
     fields = GroupRecordFields(**client);
-    ASSERT_EQ(fields.size(), 4u);
+    ASSERT_EQ(fields.size(), 5u);
     EXPECT_EQ(fields[2], "1") << "shard 0 dropped its registered backup";
     absl::SleepFor(absl::Milliseconds(50));
   }
