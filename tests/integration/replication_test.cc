@@ -225,6 +225,10 @@ TEST_P(ReplicationTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
                             << std::count(weights.begin(), weights.end(), 1.0f)
                             << " weights read back at their initial value\n"
                             << testing::ReadFile(cluster_.shard_log(2));
+  // Shard 1 comes back empty: it serves its partitions again, and says that their state is lost.
+  ASSERT_TRUE(cluster_.Restart(1).ok());
+  const absl::Status after = (*client)->Pull(*id, absl::MakeSpan(weights)).Wait();
+  EXPECT_EQ(after.code(), absl::StatusCode::kDataLoss) << after;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,
