@@ -365,6 +365,9 @@ class Shard final : public transport::RequestHandler {
   // By group: changes came from its server since the watcher last looked.
   const std::unique_ptr<std::atomic<bool>[]> changes_received_;
   std::vector<int64_t> backup_lease_seen_;
+  // Watcher thread only, by group: when its server was first seen registered under another
+  // lease than the group's record names (restarted), or InfiniteFuture().
+  std::vector<absl::Time> server_restart_seen_;
   std::thread watcher_;
   absl::Mutex watch_mu_;
   bool watch_stopped_ ABSL_GUARDED_BY(watch_mu_) = false;

@@ -31,14 +31,17 @@ absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocatePartition(uint64_t
                                                                         bool backup) const {
   TensorRef tensor = table_.Find(tensor_key);
   if (tensor == nullptr) {
-    // A shard that rejoined has not seen the job's declarations: a partition placed on it is
-    // served by the shard that took it over.
+    // A shard that rejoined has not seen the job's declarations yet: a partition it keeps a
+    // copy of (its own, or replicated, the previous shard's) is served by another shard, where
+    // the worker retries it.
+    const uint32_t me = options_.shard_index;
     const uint32_t group = ShardOfPartition(tensor_key, index, options_.num_shards);
-    if (const uint32_t server = group_server_[group].load();
-        group == options_.shard_index && server != options_.shard_index) {
+    const bool keeps_copy =
+        group == me || (replication_on_ && (group + 1) % options_.num_shards == me);
+    if (const uint32_t server = group_server_[group].load(); keeps_copy && server != me) {
       return absl::UnavailableError(
           absl::StrFormat("partition %d of tensor %016x is served by shard %d, not this shard %d",
-                          index, tensor_key, server, options_.shard_index));
+                          index, tensor_key, server, me));
     }
     return absl::NotFoundError(absl::StrFormat("no tensor with key %016x is declared", tensor_key));
   }

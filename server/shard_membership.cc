@@ -217,11 +217,20 @@ void Shard::ManageGroup(uint32_t group, GroupRecord record) {
   // registered yet): registered, or sending changes.
   if (changes_received_[group].exchange(false)) seen_epoch_[group] = record.epoch;
   absl::StatusOr<EtcdClient::Value> server = FindMember(record.server);
-  if (server.ok()) {
+  // Registered under another lease than the record names: the server restarted (within its
+  // lease, so its key never went), and its new run holds nothing of the group. The old lease
+  // is over a lease after this is first seen (the new run revoked it, or nobody renews it).
+  const bool restarted =
+      server.ok() && record.server_lease != 0 && server->lease != record.server_lease;
+  absl::Time& restart_seen = server_restart_seen_[group];
+  if (!restarted) restart_seen = absl::InfiniteFuture();
+  if (server.ok() && !restarted) {
     seen_epoch_[group] = record.epoch;
-  } else if (server.status().code() == absl::StatusCode::kNotFound &&
-             seen_epoch_[group] == record.epoch) {
-    TakeOver(group, record);
+  } else if (seen_epoch_[group] == record.epoch) {
+    if (restarted && restart_seen == absl::InfiniteFuture()) restart_seen = absl::Now();
+    const bool gone = restarted ? absl::Now() >= restart_seen + options_.lease_ttl
+                                : server.status().code() == absl::StatusCode::kNotFound;
+    if (gone) TakeOver(group, record);
   }
 }
 
@@ -320,6 +329,15 @@ absl::Status Shard::JoinCluster() {
   if (options_.etcd.empty()) return absl::OkStatus();
   HETPS_ASSIGN_OR_RETURN(etcd_, EtcdClient::Connect(options_.etcd));
   HETPS_ASSIGN_OR_RETURN(lease_, LeaseHolder::Start(etcd_.get(), options_.lease_ttl));
+  // A new run of this shard index ends the last one's lease: its registration goes now, not
+  // when the lease runs out, and a process of it that still runs stops acknowledging.
+  if (absl::StatusOr<EtcdClient::Value> last = FindMember(options_.shard_index);
+      last.ok() && last->lease != lease_->id()) {
+    if (absl::Status revoked = etcd_->RevokeLease(last->lease); !revoked.ok()) {
+      LogWarning("shard %d: could not end the last run's etcd lease %x: %s", options_.shard_index,
+                 last->lease, revoked.ToString());
+    }
+  }
   HETPS_ASSIGN_OR_RETURN(auto records, ReadGroups());
   for (uint32_t group = 0; group < options_.num_shards; ++group) {
     if (records[group].has_value()) NoteServer(group, *records[group]);

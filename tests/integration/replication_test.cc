@@ -231,6 +231,61 @@ TEST_P(ReplicationTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
   EXPECT_EQ(after.code(), absl::StatusCode::kDataLoss) << after;
 }
 
+// Shard 1 is lost, shard 2 takes its partitions over, shard 1 rejoins as their backup. Then
+// shard 2 dies and restarts at once, well within its lease, so its etcd key never goes away:
+// shard 1 must still take its partitions back (and shard 0 shard 2's), from the copies, and the
+// job goes on with every step in the weights.
+TEST_P(ReplicationTest, ATakerRestartedWithinItsLeaseStillHandsItsGroupsToTheirBackups) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  ASSERT_TRUE(
+      StartCluster(3, 1, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=3"}).ok());
+  ClientOptions options = InProcessClientOptions(0, 1);
+  options.servers = cluster_.addresses();
+  options.partition_bytes = 1024;  // 12 partitions, 4 on each shard
+  options.call_timeout = absl::Seconds(30);
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorSpec spec;
+  spec.name = "moved";
+  spec.num_elements = 3072;
+  spec.optimizer = {"sgd", {{"lr", 0.125}}};
+  spec.init = Initializer::Constant(1.0);
+  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const std::vector<float> gradient(spec.num_elements, 1.0f);
+  std::vector<float> weights(spec.num_elements);
+  auto step = [&](uint64_t s) {
+    return (*client)
+        ->PushPull(*id, absl::MakeConstSpan(gradient), absl::MakeSpan(weights), s)
+        .Wait();
+  };
+  ASSERT_TRUE(step(0).ok());
+  cluster_.shard(1).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(AwaitText(cluster_.shard_log(2), "shard 1 is gone", absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(2));
+  ASSERT_TRUE(step(1).ok());
+  ASSERT_TRUE(cluster_.Restart(1).ok());
+  ASSERT_TRUE(AwaitText(cluster_.shard_log(2),
+                        "shard 1 is a full backup of the partitions placed on shard 1 again",
+                        absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(2));
+  ASSERT_TRUE(step(2).ok());
+  cluster_.shard(2).Signal(SIGKILL);
+  ASSERT_EQ(cluster_.shard(2).Wait(absl::Seconds(10)), 128 + SIGKILL);
+  ASSERT_TRUE(cluster_.Restart(2).ok());
+  const absl::Status after = step(3);
+  ASSERT_TRUE(after.ok()) << after << "\n"
+                          << testing::ReadFile(cluster_.shard_log(0))
+                          << testing::ReadFile(cluster_.shard_log(1))
+                          << testing::ReadFile(cluster_.shard_log(2));
+  EXPECT_EQ(std::count(weights.begin(), weights.end(), 0.5f), static_cast<long>(weights.size()))
+      << "four steps of 0.125 from 1.0; first weight " << weights[0];
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(1)), "shard 2 is gone"))
+      << testing::ReadFile(cluster_.shard_log(1));
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,
                          ::testing::ValuesIn(testing::TransportsUnderTest({})),
                          [](const auto& info) { return testing::TestName(info.param); });
