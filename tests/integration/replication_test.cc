@@ -170,121 +170,123 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   }
 }
 
+// Shards killed and restarted one after another under one in-process worker, which steps a
+// tensor whose 12 partitions lie 4 on each of 3 replicated shards (every weight starts at 1.0,
+// every gradient is 1.0, SGD).
+class ShardRestartTest : public integration::ExampleJobTest {
+ protected:
+  void StartJob(int lease_s, double lr, absl::Duration call_timeout) {
+    auto etcd = testing::EtcdProcess::Start();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    ASSERT_TRUE(StartCluster(3, 1,
+                             {"--replicas=2", "--etcd=" + etcd_->endpoint(),
+                              absl::StrCat("--lease_s=", lease_s)})
+                    .ok());
+    ClientOptions options = InProcessClientOptions(0, 1);
+    options.servers = cluster_.addresses();
+    options.partition_bytes = 1024;
+    options.call_timeout = call_timeout;
+    auto client = Client::Create(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    TensorSpec spec;
+    spec.name = "stepped";
+    spec.num_elements = 3072;
+    spec.optimizer = {"sgd", {{"lr", lr}}};
+    spec.init = Initializer::Constant(1.0);
+    absl::StatusOr<TensorId> id = client_->Declare(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    id_ = *id;
+    gradient_.assign(spec.num_elements, 1.0f);
+    weights_.assign(spec.num_elements, 0.0f);
+  }
+  absl::Status Step(uint64_t step) {
+    return client_->PushPull(id_, absl::MakeConstSpan(gradient_), absl::MakeSpan(weights_), step)
+        .Wait();
+  }
+  // SIGKILLs shard `lost` and waits until shard `taker` has taken its partitions over.
+  void Kill(int lost, int taker) {
+    cluster_.shard(lost).Signal(SIGKILL);
+    ASSERT_EQ(cluster_.shard(lost).Wait(absl::Seconds(10)), 128 + SIGKILL);
+    if (taker < 0) return;
+    ASSERT_TRUE(AwaitText(cluster_.shard_log(taker), absl::StrCat("shard ", lost, " is gone"),
+                          absl::Seconds(30)))
+        << testing::ReadFile(cluster_.shard_log(taker));
+  }
+  // Restarts shard `index` and waits until shard `copier` has copied it the partitions of
+  // group `group`.
+  void Rejoin(int index, int copier, int group) {
+    ASSERT_TRUE(cluster_.Restart(index).ok());
+    ASSERT_TRUE(AwaitText(cluster_.shard_log(copier),
+                          absl::StrCat("shard ", index,
+                                       " is a full backup of the partitions "
+                                       "placed on shard ",
+                                       group, " again"),
+                          absl::Seconds(30)))
+        << testing::ReadFile(cluster_.shard_log(copier));
+  }
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<Client> client_;
+  TensorId id_ = 0;
+  std::vector<float> gradient_, weights_;
+};
+
 // Shard 1 is lost and shard 2 takes its partitions over; then shard 2 is lost too, before
 // shard 1 came back: no copy of shard 1's partitions is left. Shard 2 restarts empty. The group
 // record still names it as their server (its earlier run), but its new run must not serve them:
 // its copies hold initial values at version 0, which workers would take for the model.
-TEST_P(ReplicationTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
-  auto etcd = testing::EtcdProcess::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  ASSERT_TRUE(
-      StartCluster(3, 1, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}).ok());
-  ClientOptions options = InProcessClientOptions(0, 1);
-  options.servers = cluster_.addresses();
-  options.partition_bytes = 1024;  // 12 partitions, 4 on each shard
-  options.call_timeout = absl::Seconds(4);
-  auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  TensorSpec spec;
-  spec.name = "lost";
-  spec.num_elements = 3072;
-  spec.optimizer = {"sgd", {{"lr", 0.25}}};
-  spec.init = Initializer::Constant(1.0);
-  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
-  ASSERT_TRUE(id.ok()) << id.status();
-  const std::vector<float> gradient(spec.num_elements, 1.0f);
-  std::vector<float> weights(spec.num_elements);
-  auto step = [&](uint64_t s) {
-    return (*client)
-        ->PushPull(*id, absl::MakeConstSpan(gradient), absl::MakeSpan(weights), s)
-        .Wait();
-  };
-  ASSERT_TRUE(step(0).ok());
-  cluster_.shard(1).Signal(SIGKILL);
-  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
-  ASSERT_TRUE(AwaitText(cluster_.shard_log(2), "shard 1 is gone", absl::Seconds(30)))
-      << testing::ReadFile(cluster_.shard_log(2));
-  const absl::Status served = step(1);
+TEST_P(ShardRestartTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
+  StartJob(/*lease_s=*/1, /*lr=*/0.25, /*call_timeout=*/absl::Seconds(4));
+  ASSERT_TRUE(Step(0).ok());
+  Kill(1, 2);
+  const absl::Status served = Step(1);
   ASSERT_TRUE(served.ok()) << served;
-  ASSERT_EQ(weights[0], 0.5f);
-  cluster_.shard(2).Signal(SIGKILL);
-  ASSERT_EQ(cluster_.shard(2).Wait(absl::Seconds(10)), 128 + SIGKILL);
-  ASSERT_TRUE(AwaitText(cluster_.shard_log(0), "shard 2 is gone", absl::Seconds(30)))
-      << testing::ReadFile(cluster_.shard_log(0));
-  ASSERT_TRUE(cluster_.Restart(2).ok());
+  ASSERT_EQ(weights_[0], 0.5f);
+  Kill(2, 0);
   // Shard 0 serves shard 2's partitions now and copies them to the restarted shard 2.
-  ASSERT_TRUE(AwaitText(cluster_.shard_log(0),
-                        "shard 2 is a full backup of the partitions placed on shard 2 again",
-                        absl::Seconds(30)))
-      << testing::ReadFile(cluster_.shard_log(0));
+  Rejoin(2, 0, 2);
 
-  std::fill(weights.begin(), weights.end(), -1.0f);
-  const absl::Status pulled = (*client)->Pull(*id, absl::MakeSpan(weights)).Wait();
+  std::fill(weights_.begin(), weights_.end(), -1.0f);
+  const absl::Status pulled = client_->Pull(id_, absl::MakeSpan(weights_)).Wait();
   EXPECT_FALSE(pulled.ok()) << "shard 1's partitions were served after both their copies were "
                                "lost: "
-                            << std::count(weights.begin(), weights.end(), 1.0f)
+                            << std::count(weights_.begin(), weights_.end(), 1.0f)
                             << " weights read back at their initial value\n"
                             << testing::ReadFile(cluster_.shard_log(2));
   // Shard 1 comes back empty: it serves its partitions again, and says that their state is lost.
   ASSERT_TRUE(cluster_.Restart(1).ok());
-  const absl::Status after = (*client)->Pull(*id, absl::MakeSpan(weights)).Wait();
+  const absl::Status after = client_->Pull(id_, absl::MakeSpan(weights_)).Wait();
   EXPECT_EQ(after.code(), absl::StatusCode::kDataLoss) << after;
 }
 
 // Shard 1 is lost, shard 2 takes its partitions over, shard 1 rejoins as their backup. Then
-// shard 2 dies and restarts at once, well within its lease, so its etcd key never goes away:
+// shard 2 dies and restarts at once, well within its lease, so its etcd key may never go away:
 // shard 1 must still take its partitions back (and shard 0 shard 2's), from the copies, and the
 // job goes on with every step in the weights.
-TEST_P(ReplicationTest, ATakerRestartedWithinItsLeaseStillHandsItsGroupsToTheirBackups) {
-  auto etcd = testing::EtcdProcess::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  ASSERT_TRUE(
-      StartCluster(3, 1, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=3"}).ok());
-  ClientOptions options = InProcessClientOptions(0, 1);
-  options.servers = cluster_.addresses();
-  options.partition_bytes = 1024;  // 12 partitions, 4 on each shard
-  options.call_timeout = absl::Seconds(30);
-  auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-  TensorSpec spec;
-  spec.name = "moved";
-  spec.num_elements = 3072;
-  spec.optimizer = {"sgd", {{"lr", 0.125}}};
-  spec.init = Initializer::Constant(1.0);
-  absl::StatusOr<TensorId> id = (*client)->Declare(spec);
-  ASSERT_TRUE(id.ok()) << id.status();
-  const std::vector<float> gradient(spec.num_elements, 1.0f);
-  std::vector<float> weights(spec.num_elements);
-  auto step = [&](uint64_t s) {
-    return (*client)
-        ->PushPull(*id, absl::MakeConstSpan(gradient), absl::MakeSpan(weights), s)
-        .Wait();
-  };
-  ASSERT_TRUE(step(0).ok());
-  cluster_.shard(1).Signal(SIGKILL);
-  ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
-  ASSERT_TRUE(AwaitText(cluster_.shard_log(2), "shard 1 is gone", absl::Seconds(30)))
-      << testing::ReadFile(cluster_.shard_log(2));
-  ASSERT_TRUE(step(1).ok());
-  ASSERT_TRUE(cluster_.Restart(1).ok());
-  ASSERT_TRUE(AwaitText(cluster_.shard_log(2),
-                        "shard 1 is a full backup of the partitions placed on shard 1 again",
-                        absl::Seconds(30)))
-      << testing::ReadFile(cluster_.shard_log(2));
-  ASSERT_TRUE(step(2).ok());
-  cluster_.shard(2).Signal(SIGKILL);
-  ASSERT_EQ(cluster_.shard(2).Wait(absl::Seconds(10)), 128 + SIGKILL);
+TEST_P(ShardRestartTest, ATakerRestartedWithinItsLeaseStillHandsItsGroupsToTheirBackups) {
+  StartJob(/*lease_s=*/3, /*lr=*/0.125, /*call_timeout=*/absl::Seconds(30));
+  ASSERT_TRUE(Step(0).ok());
+  Kill(1, 2);
+  ASSERT_TRUE(Step(1).ok());
+  Rejoin(1, 2, 1);
+  ASSERT_TRUE(Step(2).ok());
+  Kill(2, -1);
   ASSERT_TRUE(cluster_.Restart(2).ok());
-  const absl::Status after = step(3);
+  const absl::Status after = Step(3);
   ASSERT_TRUE(after.ok()) << after << "\n"
                           << testing::ReadFile(cluster_.shard_log(0))
                           << testing::ReadFile(cluster_.shard_log(1))
                           << testing::ReadFile(cluster_.shard_log(2));
-  EXPECT_EQ(std::count(weights.begin(), weights.end(), 0.5f), static_cast<long>(weights.size()))
-      << "four steps of 0.125 from 1.0; first weight " << weights[0];
+  EXPECT_EQ(std::count(weights_.begin(), weights_.end(), 0.5f), static_cast<long>(weights_.size()))
+      << "four steps of 0.125 from 1.0; first weight " << weights_[0];
   EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(1)), "shard 2 is gone"))
       << testing::ReadFile(cluster_.shard_log(1));
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ShardRestartTest,
+                         ::testing::ValuesIn(testing::TransportsUnderTest({})),
+                         [](const auto& info) { return testing::TestName(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Transports, ReplicationTest,
                          ::testing::ValuesIn(testing::TransportsUnderTest({})),
