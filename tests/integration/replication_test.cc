@@ -237,7 +237,7 @@ class ShardRestartTest : public integration::ExampleJobTest {
 // record still names it as their server (its earlier run), but its new run must not serve them:
 // its copies hold initial values at version 0, which workers would take for the model.
 TEST_P(ShardRestartTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
-  StartJob(/*lease_s=*/1, /*lr=*/0.25, /*call_timeout=*/absl::Seconds(4));
+  StartJob(/*lease_s=*/1, /*lr=*/0.25, /*call_timeout=*/absl::Seconds(8));
   ASSERT_TRUE(Step(0).ok());
   Kill(1, 2);
   const absl::Status served = Step(1);
