@@ -32,7 +32,7 @@ Shard::Shard(const ShardOptions& options)
   if (metrics_->timed) CycleClock::Calibrate();
   if (!options_.checkpoint_dir.empty()) {
     checkpoints_.resize(options_.num_shards);
-    for (uint32_t group : CheckpointGroups()) {
+    for (uint32_t group : CopiedGroups()) {
       // A group's part has as many copies as its partitions while this shard serves it, and
       // none otherwise (the shard serving it writes it).
       checkpoints_[group] = std::make_unique<CheckpointWriter>(

@@ -269,9 +269,9 @@ class Shard final : public transport::RequestHandler {
   // The partitions of BSP tensors this shard serves (what its checkpoint parts hold), with
   // their tensor keys.
   std::vector<std::pair<TensorRef, Partition*>> CheckpointedPartitions() const;
-  // The groups whose checkpoint parts this shard may write: its own and, replicated, the
-  // previous shard's.
-  std::vector<uint32_t> CheckpointGroups() const;
+  // The groups this shard keeps copies of, and so may serve and write checkpoint parts of: its
+  // own and, replicated, the previous shard's.
+  std::vector<uint32_t> CopiedGroups() const;
   // Fails a pull whose wait ran out, saying what it waited for (which workers' pushes): asks
   // each owner thread of its items, since only the owner may read a partition's steps.
   // (A PendingRequest::Explainer: `shard` is the Shard, `items` the request's DataItems.)
@@ -355,7 +355,7 @@ class Shard final : public transport::RequestHandler {
   // serves, the shard their changes go to (-1: none).
   const std::unique_ptr<std::atomic<uint32_t>[]> group_server_;
   const std::unique_ptr<std::atomic<int32_t>[]> replica_target_;
-  // By group: the partitions of BSP tensors placed on it (counted for CheckpointGroups()).
+  // By group: the partitions of BSP tensors placed on it (counted for CopiedGroups()).
   const std::unique_ptr<std::atomic<size_t>[]> bsp_partitions_;
   // Created its own group's key in etcd: started with the job, so its copies are complete.
   std::atomic<bool> fresh_member_{false};

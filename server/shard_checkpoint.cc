@@ -27,7 +27,7 @@ uint64_t Shard::last_checkpoint() const {
   return newest;
 }
 
-std::vector<uint32_t> Shard::CheckpointGroups() const {
+std::vector<uint32_t> Shard::CopiedGroups() const {
   const uint32_t me = options_.shard_index;
   if (!replication_on_) return {me};
   return {me, (me + options_.num_shards - 1) % options_.num_shards};

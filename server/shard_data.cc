@@ -36,8 +36,8 @@ absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocatePartition(uint64_t
     // the worker retries it.
     const uint32_t me = options_.shard_index;
     const uint32_t group = ShardOfPartition(tensor_key, index, options_.num_shards);
-    const bool keeps_copy =
-        group == me || (replication_on_ && (group + 1) % options_.num_shards == me);
+    const std::vector<uint32_t> copied = CopiedGroups();
+    const bool keeps_copy = std::find(copied.begin(), copied.end(), group) != copied.end();
     if (const uint32_t server = group_server_[group].load(); keeps_copy && server != me) {
       return absl::UnavailableError(
           absl::StrFormat("partition %d of tensor %016x is served by shard %d, not this shard %d",

@@ -212,7 +212,7 @@ absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::
     dropped_keys_.erase(decl.key());
   }
   if (decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
-    for (uint32_t group : CheckpointGroups()) {
+    for (uint32_t group : CopiedGroups()) {
       bsp_partitions_[group].fetch_add(
           ShareOfShard(layout, decl.key(), options_.num_shards, group).partitions);
     }

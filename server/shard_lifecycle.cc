@@ -55,7 +55,7 @@ void Shard::DropNow(const std::vector<uint64_t>& keys, transport::ReplyCallback 
       dropped_keys_.insert(key);
     }
     if (tensor->decl.sync_mode() == hetps::v1::SYNC_MODE_BSP) {
-      for (uint32_t group : CheckpointGroups()) {
+      for (uint32_t group : CopiedGroups()) {
         bsp_partitions_[group].fetch_sub(
             ShareOfShard(tensor->layout, key, options_.num_shards, group).partitions);
         // Checkpoints being gathered no longer wait for its partitions.
