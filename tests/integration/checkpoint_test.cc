@@ -32,6 +32,7 @@ namespace hetps {
 namespace {
 
 namespace fs = std::filesystem;
+using integration::AwaitCondition;
 using integration::AwaitText;
 using integration::ReadFloats;
 using integration::WorkerLog;
@@ -52,12 +53,7 @@ const std::vector<std::string> kAdam = {"--optimizer=adam"};
 
 // Waits (bounded) until `path` exists.
 bool AwaitFile(const std::string& path, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!fs::exists(path)) {
-    if (absl::Now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
+  return AwaitCondition([&] { return fs::exists(path); }, timeout);
 }
 
 void KillShards(LocalCluster& cluster, int num_shards) {
@@ -462,18 +458,18 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   // them (named with its lease), so that they survive the next loss and go on in checkpoints.
   auto etcd_client = server::EtcdClient::Connect((*etcd)->endpoint());
   ASSERT_TRUE(etcd_client.ok()) << etcd_client.status();
-  std::vector<std::string> fields;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(30); absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(50))) {
+  std::vector<std::string> fields;  // epoch server backup backup_lease ...
+  absl::Status read = absl::OkStatus();
+  auto backed_up = [&] {
     absl::StatusOr<std::optional<server::EtcdClient::Value>> value =
         (*etcd_client)->Get("/hetps/hetps/groups/1");
-    ASSERT_TRUE(value.ok()) << value.status();
-    if (!value->has_value()) continue;
-    fields = absl::StrSplit((*value)->value, ' ');  // epoch server backup backup_lease ...
-    if (fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0") break;
-  }
-  EXPECT_TRUE(fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0")
-      << "group 1's record: " << absl::StrJoin(fields, " ") << "\n"
+    read = value.status();
+    if (!value.ok() || !value->has_value()) return false;
+    fields = absl::StrSplit((*value)->value, ' ');
+    return fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0";
+  };
+  EXPECT_TRUE(AwaitCondition(backed_up, absl::Seconds(30)))
+      << "group 1's record: " << absl::StrJoin(fields, " ") << " (last read: " << read << ")\n"
       << ReadFile(restored.shard_log(1)) << ReadFile(restored.shard_log(2));
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -66,15 +67,20 @@ inline float FinalLoss(const std::string& log) {
   return std::stof(log.substr(at + 11));
 }
 
-// Waits (bounded) until the file at `path` (another process's log) holds `text`. The processes
-// give no other signal, so the file is read every 10 ms until the deadline.
-inline bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {
+// Waits (bounded) until `done()` holds, asking every 10 ms: for what other processes leave in
+// files or etcd, which give no other signal. False if the deadline passed first.
+inline bool AwaitCondition(absl::FunctionRef<bool()> done, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  while (!absl::StrContains(ReadFile(path), text)) {
+  while (!done()) {
     if (absl::Now() > deadline) return false;
     absl::SleepFor(absl::Milliseconds(10));
   }
   return true;
+}
+
+// Waits (bounded) until the file at `path` (another process's log) holds `text`.
+inline bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {
+  return AwaitCondition([&] { return absl::StrContains(ReadFile(path), text); }, timeout);
 }
 
 inline std::string WorkerLog(const LocalCluster& cluster, int rank) {
