@@ -66,7 +66,7 @@ class EtcdClient {
  protected:
   EtcdClient(std::string endpoint, absl::Duration call_timeout)
       : endpoint_(std::move(endpoint)), call_timeout_(call_timeout) {}
-  absl::Time Deadline() const { return absl::Now() + call_timeout_; }
+  absl::Duration call_timeout() const { return call_timeout_; }
 
  private:
   const std::string endpoint_;

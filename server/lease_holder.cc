@@ -8,16 +8,22 @@ namespace hetps::server {
 
 absl::StatusOr<std::unique_ptr<LeaseHolder>> LeaseHolder::Start(EtcdClient* etcd,
                                                                 absl::Duration ttl) {
-  const absl::Time asked = absl::Now();
+  const Clock::time_point asked = Clock::now();
   absl::StatusOr<EtcdClient::Lease> lease = etcd->GrantLease(ttl);
   if (!lease.ok()) return lease.status();
   return std::unique_ptr<LeaseHolder>(
-      new LeaseHolder(etcd, lease->id, lease->ttl, asked + lease->ttl));
+      new LeaseHolder(etcd, lease->id, lease->ttl, asked + absl::ToChronoNanoseconds(lease->ttl)));
 }
 
-LeaseHolder::LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl, absl::Time valid_until)
-    : etcd_(etcd), id_(id), ttl_(ttl), valid_until_ns_(absl::ToUnixNanos(valid_until)) {
+LeaseHolder::LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl,
+                         Clock::time_point valid_until)
+    : etcd_(etcd), id_(id), ttl_(ttl), valid_until_(valid_until.time_since_epoch().count()) {
   thread_ = std::thread([this] { Run(); });
+}
+
+void LeaseHolder::ExtendTo(Clock::time_point until) {
+  valid_until_.store(std::max(valid_until_.load(), until.time_since_epoch().count()),
+                     std::memory_order_release);
 }
 
 LeaseHolder::~LeaseHolder() { Stop(/*revoke=*/false); }
@@ -27,21 +33,19 @@ void LeaseHolder::Run() {
   absl::MutexLock lock(&mu_);
   while (!stopping_) {
     // Renew a third of the way through; after a failure, try again sooner, until it is lost.
-    const absl::Time now = absl::Now();
-    if (now >= valid_until()) {
+    if (!held()) {
       LogWarning("etcd lease %x ended: it could not be renewed in time", id_);
       return;
     }
     mu_.Unlock();
-    const absl::Time sent = absl::Now();
+    const Clock::time_point sent = Clock::now();
     absl::StatusOr<absl::Duration> renewed = etcd_->RenewLease(id_);
     mu_.Lock();
     absl::Duration pause = period;
     if (renewed.ok()) {
-      valid_until_ns_.store(std::max(valid_until_ns_.load(), absl::ToUnixNanos(sent + *renewed)),
-                            std::memory_order_release);
+      ExtendTo(sent + absl::ToChronoNanoseconds(*renewed));
     } else if (renewed.status().code() == absl::StatusCode::kNotFound) {
-      valid_until_ns_.store(0, std::memory_order_release);  // etcd has ended it
+      valid_until_.store(0, std::memory_order_release);  // etcd has ended it
       LogWarning("etcd lease %x ended: %s", id_, renewed.status().ToString());
       return;
     } else {
@@ -62,7 +66,7 @@ void LeaseHolder::Stop(bool revoke) {
   if (revoke) {
     absl::Status revoked = etcd_->RevokeLease(id_);
     if (!revoked.ok()) LogWarning("etcd lease %x not revoked: %s", id_, revoked.ToString());
-    valid_until_ns_.store(0, std::memory_order_release);
+    valid_until_.store(0, std::memory_order_release);
   }
 }
 

@@ -8,11 +8,16 @@
 // which is later). Once renewals fail, the holder keeps trying until that moment; past it the
 // lease is lost for good (etcd has ended it, or will) and held() says so.
 //
+// Every moment here is on the monotonic clock, as etcd's are: the wall clock may be stepped
+// (NTP, a VM resumed), and a step forward would end a good lease while a step back would let
+// a holder act after etcd has ended its lease.
+//
 // Thread-safe.
 #ifndef HETPS_SERVER_LEASE_HOLDER_H_
 #define HETPS_SERVER_LEASE_HOLDER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,24 +41,26 @@ class LeaseHolder {
 
   int64_t id() const { return id_; }
   absl::Duration ttl() const { return ttl_; }  // as granted
-  absl::Time valid_until() const {
-    return absl::FromUnixNanos(valid_until_ns_.load(std::memory_order_acquire));
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point valid_until() const {
+    return Clock::time_point(Clock::duration(valid_until_.load(std::memory_order_acquire)));
   }
   // Lock-free: shards ask on every request.
-  bool held(absl::Time now = absl::Now()) const { return now < valid_until(); }
+  bool held() const { return Clock::now() < valid_until(); }
   // Stops renewing; with `revoke`, ends the lease at once (its keys go now, not after the time
   // to live). Idempotent.
   void Stop(bool revoke);
 
  private:
-  LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl, absl::Time valid_until);
+  LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl, Clock::time_point valid_until);
+  void ExtendTo(Clock::time_point until);
   void Run();
 
   EtcdClient* const etcd_;
   const int64_t id_;
   const absl::Duration ttl_;
   // Written by the renewing thread (and Stop), read by any.
-  std::atomic<int64_t> valid_until_ns_;
+  std::atomic<Clock::rep> valid_until_;  // Clock ticks since its epoch
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

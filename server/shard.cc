@@ -55,7 +55,7 @@ Shard::Shard(const ShardOptions& options)
   if (threads > 1) kernels_ = std::make_unique<ThreadPool>(threads - 1, "shard-kernels");
   seen_epoch_.assign(options_.num_shards, 0);
   backup_lease_seen_.assign(options_.num_shards, 0);
-  server_restart_seen_.assign(options_.num_shards, absl::InfiniteFuture());
+  server_restart_seen_.assign(options_.num_shards, std::nullopt);
   for (uint32_t group = 0; group < options_.num_shards; ++group) {
     group_server_[group].store(group);
     replica_target_[group].store(-1);

@@ -11,6 +11,7 @@
 #define HETPS_SERVER_SHARD_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -366,8 +367,8 @@ class Shard final : public transport::RequestHandler {
   const std::unique_ptr<std::atomic<bool>[]> changes_received_;
   std::vector<int64_t> backup_lease_seen_;
   // Watcher thread only, by group: when its server was first seen registered under another
-  // lease than the group's record names (restarted), or InfiniteFuture().
-  std::vector<absl::Time> server_restart_seen_;
+  // lease than the group's record names (restarted), on the monotonic clock (lease times are).
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> server_restart_seen_;
   std::thread watcher_;
   absl::Mutex watch_mu_;
   bool watch_stopped_ ABSL_GUARDED_BY(watch_mu_) = false;

@@ -2,6 +2,7 @@
 // address registered under the lease, the rule that a shard acknowledges updates only while
 // its lease is held, and who serves and who backs up each group of partitions (failover and
 // rejoin).
+#include <chrono>
 #include <optional>
 #include <vector>
 
@@ -222,14 +223,16 @@ void Shard::ManageGroup(uint32_t group, GroupRecord record) {
   // is over a lease after this is first seen (the new run revoked it, or nobody renews it).
   const bool restarted =
       server.ok() && record.server_lease != 0 && server->lease != record.server_lease;
-  absl::Time& restart_seen = server_restart_seen_[group];
-  if (!restarted) restart_seen = absl::InfiniteFuture();
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point>& restart_seen = server_restart_seen_[group];
+  if (!restarted) restart_seen.reset();
   if (server.ok() && !restarted) {
     seen_epoch_[group] = record.epoch;
   } else if (seen_epoch_[group] == record.epoch) {
-    if (restarted && restart_seen == absl::InfiniteFuture()) restart_seen = absl::Now();
-    const bool gone = restarted ? absl::Now() >= restart_seen + options_.lease_ttl
-                                : server.status().code() == absl::StatusCode::kNotFound;
+    if (restarted && !restart_seen) restart_seen = Clock::now();
+    const bool gone =
+        restarted ? Clock::now() >= *restart_seen + absl::ToChronoNanoseconds(options_.lease_ttl)
+                  : server.status().code() == absl::StatusCode::kNotFound;
     if (gone) TakeOver(group, record);
   }
 }

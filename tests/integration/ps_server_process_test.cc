@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -357,6 +358,26 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     client->reset();  // the client goes while the shard is still stopped
     cluster.shard(0).Signal(SIGCONT);
   }
+}
+
+// Shards that tests restart keep their ports: each is below the kernel's ephemeral range, where
+// no other process's outgoing connection can take it while the shard is down.
+TEST(LocalClusterTest, ShardsListenWhereNoOutgoingConnectionCanTakeTheirPorts) {
+  int ephemeral_low = 0;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  if (ephemeral_low < 11000) GTEST_SKIP() << "the ephemeral range starts at " << ephemeral_low;
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(2, 1).ok());
+  for (int i = 0; i < 2; ++i) {
+    const std::string& address = cluster.addresses()[i];
+    int port = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
+    EXPECT_LT(port, ephemeral_low) << "shard " << i << " listens on " << address;
+  }
+  const std::string address = cluster.addresses()[0];
+  cluster.shard(0).Signal(SIGKILL);
+  ASSERT_TRUE(cluster.Restart(0).ok()) << ReadFile(cluster.shard_log(0));
+  EXPECT_EQ(cluster.addresses()[0], address);
 }
 
 }  // namespace

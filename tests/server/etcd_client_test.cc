@@ -15,18 +15,8 @@
 namespace hetps::server {
 namespace {
 
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public testing::EtcdTest {
  protected:
-  void SetUp() override {
-    auto etcd = testing::EtcdProcess::Start();
-    if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-    auto client = EtcdClient::Connect(etcd_->endpoint());
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
-  }
-
   // Waits (bounded) until `key` is gone; false if it is still there at the deadline.
   bool GoneWithin(const std::string& key, absl::Duration limit) {
     const absl::Time deadline = absl::Now() + limit;
@@ -37,9 +27,6 @@ class EtcdClientTest : public ::testing::Test {
     }
     return false;
   }
-
-  std::unique_ptr<testing::EtcdProcess> etcd_;
-  std::unique_ptr<EtcdClient> client_;
 };
 
 TEST_F(EtcdClientTest, KeysArePutReadByPrefixAndDeleted) {

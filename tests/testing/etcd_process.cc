@@ -1,7 +1,5 @@
 #include "tests/testing/etcd_process.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <vector>
@@ -9,28 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/etcd_client.h"
+#include "tests/testing/ports.h"
 
 namespace hetps::testing {
-namespace {
-
-// A port nothing listens on now (the kernel's pick for a socket bound to port 0).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-}  // namespace
 
 std::string EtcdProcess::Binary() {
   for (const char* path : {"/usr/bin/etcd", "/usr/local/bin/etcd"}) {
@@ -73,6 +52,17 @@ absl::StatusOr<std::unique_ptr<EtcdProcess>> EtcdProcess::Start() {
     etcd->process_.reset();  // ends it
   }
   return absl::UnavailableError(absl::StrCat("etcd did not start: ", etcd->log()));
+}
+
+void EtcdTest::SetUp() {
+  absl::StatusOr<std::unique_ptr<EtcdProcess>> etcd = EtcdProcess::Start();
+  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  etcd_ = *std::move(etcd);
+  absl::StatusOr<std::unique_ptr<server::EtcdClient>> client =
+      server::EtcdClient::Connect(etcd_->endpoint(), call_timeout_);
+  ASSERT_TRUE(client.ok()) << client.status();
+  client_ = *std::move(client);
 }
 
 }  // namespace hetps::testing

@@ -11,6 +11,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "server/etcd_client.h"
 #include "tests/testing/subprocess.h"
 
 namespace hetps::testing {
@@ -33,6 +36,19 @@ class EtcdProcess {
   ScopedTempDir dir_;
   std::string endpoint_;
   std::unique_ptr<Subprocess> process_;
+};
+
+// A test with an etcd of its own and a client of it; skipped where etcd is not installed.
+class EtcdTest : public ::testing::Test {
+ protected:
+  explicit EtcdTest(absl::Duration call_timeout = absl::Seconds(5)) : call_timeout_(call_timeout) {}
+  void SetUp() override;
+
+  std::unique_ptr<EtcdProcess> etcd_;
+  std::unique_ptr<server::EtcdClient> client_;
+
+ private:
+  const absl::Duration call_timeout_;
 };
 
 }  // namespace hetps::testing

@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "tests/testing/ports.h"
 
 namespace hetps::testing {
 
@@ -26,14 +28,23 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
   }
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   for (int i = 0; i < num_shards; ++i) {
-    if (absl::Status listening = AwaitPort(i, deadline); !listening.ok()) return listening;
+    absl::Status listening = AwaitPort(i, deadline);
+    // Another test's server may have taken the port picked for it: then it picks another.
+    for (int retry = 0;
+         retry < 3 && !listening.ok() && absl::StrContains(listening.message(), "cannot listen");
+         ++retry) {
+      if (absl::Status started = StartShard(i); !started.ok()) return started;
+      listening = AwaitPort(i, deadline);
+    }
+    if (!listening.ok()) return listening;
   }
   return absl::OkStatus();
 }
 
 absl::Status LocalCluster::StartShard(int i, const std::vector<std::string>& more_flags) {
-  // A restarted shard takes the port it had; a new one picks a free port.
-  std::string port = "0";
+  // A restarted shard takes the port it had; a new one a port that no outgoing connection can
+  // take while it is down (see ports.h).
+  std::string port = absl::StrCat(StablePort());
   if (!addresses_[i].empty()) port = addresses_[i].substr(addresses_[i].rfind(':') + 1);
   std::remove(absl::StrCat(dir(), "/port", i).c_str());
   std::vector<std::string> argv = {BinaryPath("server/ps-server"),

@@ -1,6 +1,7 @@
-// LocalCluster: ps-server processes on 127.0.0.1 for integration tests. Each shard picks a free
-// port and reports it through --port_file; every shard runs with --lifetime_s so it ends by
-// itself even if the test does not stop it.
+// LocalCluster: ps-server processes on 127.0.0.1 for integration tests. Each shard gets a free
+// port below the ephemeral range (so that it can restart on it, see ports.h) and reports it
+// through --port_file; every shard runs with --lifetime_s so it ends by itself even if the test
+// does not stop it.
 #ifndef HETPS_TESTS_TESTING_LOCAL_CLUSTER_H_
 #define HETPS_TESTS_TESTING_LOCAL_CLUSTER_H_
 
