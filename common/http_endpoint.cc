@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace hetps {
@@ -54,7 +55,7 @@ absl::string_view ReasonPhrase(int status) {
 // Waits until `fd` is ready for `events` or `deadline` passes (false then).
 bool WaitFor(int fd, short events, absl::Time deadline) {
   while (true) {
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - hetps::Now();
     if (left <= absl::ZeroDuration()) return false;
     pollfd entry = {fd, events, 0};
     const int ready = poll(&entry, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
@@ -195,7 +196,7 @@ void HttpEndpoint::Serve() {
 }
 
 void HttpEndpoint::Answer(int connection) {
-  const absl::Time deadline = absl::Now() + kRequestTimeout;
+  const absl::Time deadline = hetps::Now() + kRequestTimeout;
   std::string request;
   Reply reply;
   while (request.find("\r\n\r\n") == std::string::npos) {
@@ -249,7 +250,7 @@ void HttpEndpoint::Answer(int connection) {
   // Closing with unread bytes (a refused request's rest) would reset the connection and could
   // discard the answer before the peer reads it: end our side, and read until the peer closes.
   shutdown(connection, SHUT_WR);
-  const absl::Time drain_deadline = std::min(deadline, absl::Now() + kDrainTimeout);
+  const absl::Time drain_deadline = std::min(deadline, hetps::Now() + kDrainTimeout);
   char discard[4096];
   while (true) {
     const ssize_t received = recv(connection, discard, sizeof(discard), 0);

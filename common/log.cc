@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace hetps {
 namespace {
@@ -61,7 +62,7 @@ void LogMessage(LogSeverity severity, absl::string_view message) {
   if (severity < MinSeverity().load(std::memory_order_relaxed)) return;
   std::string line = absl::StrFormat(
       "%c%s %d] %s\n", SeverityLetter(severity),
-      absl::FormatTime("%m%d %H:%M:%E6S", absl::Now(), absl::LocalTimeZone()), getpid(), message);
+      absl::FormatTime("%m%d %H:%M:%E6S", hetps::Now(), absl::LocalTimeZone()), getpid(), message);
   // One write per line keeps lines from different threads and processes whole.
   size_t written = 0;
   while (written < line.size()) {

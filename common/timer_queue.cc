@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace hetps {
 
@@ -66,7 +67,7 @@ void TimerQueue::Run() {
       mu_.Lock();
       continue;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = hetps::Now();
     if (scheduled_ != scheduled_seen_) {
       scheduled_seen_ = scheduled_;
       last_scheduled_ = now;

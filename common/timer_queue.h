@@ -1,7 +1,7 @@
 // TimerQueue runs callbacks at given times on one background thread.
 //
 //   TimerQueue timers;
-//   TimerQueue::TimerId id = timers.Schedule(absl::Now() + absl::Seconds(1), [] { ... });
+//   TimerQueue::TimerId id = timers.Schedule(Now() + absl::Seconds(1), [] { ... });
 //   timers.Cancel(id);  // true if it had not started yet
 //
 // Thread-safe. Callbacks run one at a time on the timer thread, without the queue's lock held,

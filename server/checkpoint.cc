@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/partitioning.h"
@@ -258,12 +259,12 @@ absl::Status CheckpointWriter::WriteNow(uint64_t step, Copies copies) {
 }
 
 void CheckpointWriter::Write(uint64_t step, Copies copies) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = hetps::Now();
   absl::Status status = WritePart(step, copies);
   if (status.ok()) status = CommitIfComplete(step);
   if (status.ok()) {
     LogInfo("shard %d: its part of the checkpoint of step %d is durable (%.2f s)",
-            identity_.shard_index, step, absl::ToDoubleSeconds(absl::Now() - start));
+            identity_.shard_index, step, absl::ToDoubleSeconds(hetps::Now() - start));
   } else {
     LogError("shard %d: checkpoint of step %d failed: %s", identity_.shard_index, step,
              status.ToString());
@@ -274,7 +275,7 @@ void CheckpointWriter::Write(uint64_t step, Copies copies) {
     Step& state = steps_[step];
     if (status.ok() && step > last_durable_) {
       last_durable_ = step;
-      last_durable_time_ = absl::Now();
+      last_durable_time_ = hetps::Now();
     }
     state.done = true;
     state.result = status;

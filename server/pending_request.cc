@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "proto/reused_message.h"
 
 namespace hetps::server {
@@ -114,7 +115,7 @@ void PendingRequest::WaitsForVersion() {
 void PendingRequest::StartTimerLocked() {
   const size_t total = items_.size();
   timer_ = timers_->Schedule(
-      std::min(deadline_, absl::Now() + max_wait_), [weak = weak_from_this(), total] {
+      std::min(deadline_, hetps::Now() + max_wait_), [weak = weak_from_this(), total] {
         std::shared_ptr<PendingRequest> request = weak.lock();
         if (request == nullptr) return;
         Explainer explain;

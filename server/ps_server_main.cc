@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/auth_token.h"
+#include "common/clock.h"
 #include "common/command_line.h"
 #include "common/log.h"
 #include "google/protobuf/stubs/logging.h"
@@ -290,7 +291,7 @@ int main(int argc, char** argv) {
 
   const double lifetime_s = absl::GetFlag(FLAGS_lifetime_s);
   const absl::Time end =
-      lifetime_s > 0 ? absl::Now() + absl::Seconds(lifetime_s) : absl::InfiniteFuture();
+      lifetime_s > 0 ? hetps::Now() + absl::Seconds(lifetime_s) : absl::InfiniteFuture();
   while (true) {
     const timespec tick = {0, 200'000'000};
     const int signal = sigtimedwait(&signals, nullptr, &tick);
@@ -318,7 +319,7 @@ int main(int argc, char** argv) {
       }
       break;
     }
-    if (absl::Now() >= end) {
+    if (hetps::Now() >= end) {
       hetps::LogInfo("ps-server: --lifetime_s reached, shutting down");
       break;
     }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/cycle_clock.h"
 #include "common/log.h"
 #include "proto/ps.pb.h"
@@ -122,7 +123,7 @@ absl::StatusOr<transport::Connection*> Replicator::Connection() {
   transport::ConnectOptions connect;
   connect.greeting = hello.SerializeAsString();
   absl::StatusOr<std::unique_ptr<transport::Connection>> connection =
-      transport_->Connect(address, absl::Now() + options_.connect_timeout, connect);
+      transport_->Connect(address, hetps::Now() + options_.connect_timeout, connect);
   if (!connection.ok()) return connection.status();
   connection_ = *std::move(connection);
   absl::MutexLock lock(&mu_);
@@ -163,7 +164,7 @@ void Replicator::Call(transport::Connection& connection, std::shared_ptr<Batch> 
   request.method = hetps::v1::METHOD_REPLICATE;
   request.header = batch->header;
   request.payload = batch->payload;
-  request.deadline = absl::Now() + options_.attempt_timeout;
+  request.deadline = hetps::Now() + options_.attempt_timeout;
   connection.Call(
       std::move(request), [this, batch](absl::StatusOr<transport::Response> result) mutable {
         if (result.ok()) {
@@ -178,7 +179,7 @@ void Replicator::Call(transport::Connection& connection, std::shared_ptr<Batch> 
 }
 
 void Replicator::Retry(std::shared_ptr<Batch> batch, const absl::Status& why) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = hetps::Now();
   bool stopped = false;
   {
     absl::MutexLock lock(&mu_);

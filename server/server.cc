@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/clock.h"
 #include "common/http_endpoint.h"
 #include "common/log.h"
 #include "common/memory_limit.h"
@@ -177,7 +178,7 @@ uint64_t ShardServer::resume_step() const { return shard_->resume_step(); }
 uint64_t ShardServer::last_checkpoint() const { return shard_->last_checkpoint(); }
 
 absl::Status ShardServer::CheckpointNow(absl::Duration timeout) {
-  return shard_->CheckpointNow(absl::Now() + timeout);
+  return shard_->CheckpointNow(hetps::Now() + timeout);
 }
 
 uint64_t ShardServer::StateDigest() { return shard_->StateDigest(); }

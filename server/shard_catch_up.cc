@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
@@ -56,12 +57,12 @@ hetps::v1::ReplicatedChange TensorChange(const Tensor& tensor, hetps::v1::Change
 
 absl::Status Shard::AwaitOutcome(const std::shared_ptr<void>& awaited, const std::string& what) {
   Outcome& outcome = *std::static_pointer_cast<Outcome>(awaited);
-  const absl::Time deadline = absl::Now() + kCopyDeadline;
+  const absl::Time deadline = hetps::Now() + kCopyDeadline;
   absl::MutexLock lock(&outcome.mu);
   auto done = [&outcome]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(outcome.mu) { return outcome.done; };
   while (!outcome.mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(100))) {
     if (stopped_.load()) return absl::CancelledError("the shard is stopping");
-    if (absl::Now() >= deadline) {
+    if (hetps::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "%s did not reach the backup within %s", what, absl::FormatDuration(kCopyDeadline)));
     }
@@ -79,7 +80,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
   if (!member.ok()) return;
   LogInfo("shard %d: copying the partitions placed on shard %d to shard %d, one at a time", me,
           group, backup);
-  const absl::Time start = absl::Now();
+  const absl::Time start = hetps::Now();
   replica_target_[group].store(static_cast<int32_t>(backup));
   // Tensors declared meanwhile replicate from their start; a pass finds any left over.
   absl::flat_hash_set<uint64_t> declared;
@@ -101,7 +102,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
     // The tensors first, before any partition waits for the backup: a large one takes a
     // while to set up there, and the backup applies nothing else meanwhile.
     absl::Status declared_there = absl::OkStatus();
-    const absl::Time declaring = absl::Now();
+    const absl::Time declaring = hetps::Now();
     const size_t declared_before = declared.size();
     for (const auto& [tensor, partition] : partitions) {
       if (declared_there.ok() && declared.insert(tensor->decl.key()).second) {
@@ -110,7 +111,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
     }
     if (declared.size() > declared_before) {
       LogInfo("shard %d: shard %d declared %d tensors in %s", me, backup,
-              declared.size() - declared_before, absl::FormatDuration(absl::Now() - declaring));
+              declared.size() - declared_before, absl::FormatDuration(hetps::Now() - declaring));
     }
     for (const auto& [tensor, partition] : partitions) {
       const absl::StatusOr<bool> sent =
@@ -141,7 +142,7 @@ void Shard::CatchUp(uint32_t group, const GroupRecord& record) {
   LogInfo(
       "shard %d: shard %d is a full backup of the partitions placed on shard %d again (%d "
       "partitions copied in %s)",
-      me, backup, group, copied, absl::FormatDuration(absl::Now() - start));
+      me, backup, group, copied, absl::FormatDuration(hetps::Now() - start));
 }
 
 absl::Status Shard::DeclareOnBackup(uint32_t backup, const Tensor& tensor, uint32_t partition) {

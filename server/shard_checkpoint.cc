@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
@@ -175,7 +176,7 @@ void Shard::Checkpoint(transport::Request request, transport::ReplyCallback repl
   }
   const uint64_t step = checkpoint->step();
   auto once = std::make_shared<ReplyOnce>(std::move(reply), metrics_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = hetps::Now();
   const absl::Time answer_by = std::min(AnswerBy(request.deadline, now), now + options_.max_wait);
   const TimerQueue::TimerId timer =
       timers_->Schedule(answer_by, [once, step, shard = options_.shard_index] {

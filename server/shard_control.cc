@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
 #include "server/request_util.h"
@@ -28,7 +29,7 @@ void Shard::Barrier(transport::Request request, transport::ReplyCallback reply) 
     reply(status);
     return;
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = hetps::Now();
   const absl::Time deadline = std::min(AnswerBy(request.deadline, now), now + options_.max_wait);
   barrier_.Arrive(barrier->worker_rank(), barrier->generation(), deadline, std::move(reply));
 }

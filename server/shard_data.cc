@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "proto/reused_message.h"
@@ -223,7 +224,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
   // A pull may wait for a later version, a replicated push for its backup; the deadline counts
   // from when it has to.
   if (call.pull || replication_on_) {
-    pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait,
+    pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, hetps::Now()), options_.max_wait,
                          &Shard::ExplainWait, this, shared_items, &waiting_, request.connection);
   }
   for (auto& [owner, owner_slots] : by_owner) {

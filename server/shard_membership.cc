@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "server/shard.h"
@@ -111,7 +112,7 @@ absl::Status Shard::ClaimOwnGroup() {
   // A restart, or a new run of the job. Wait (bounded) while the last run may still be handed
   // over: its registration has not ended yet, or a backup with complete copies is due to take
   // over.
-  const absl::Time deadline = absl::Now() + 3 * options_.lease_ttl + absl::Seconds(1);
+  const absl::Time deadline = hetps::Now() + 3 * options_.lease_ttl + absl::Seconds(1);
   GroupRecord record;
   while (true) {
     HETPS_ASSIGN_OR_RETURN(record, ReadGroup(me));
@@ -126,7 +127,7 @@ absl::Status Shard::ClaimOwnGroup() {
     // lease for a while, and its copies are not this run's state.
     const bool taker_runs = record.server != me && server.ok() &&
                             (record.server_lease == 0 || server->lease == record.server_lease);
-    if (taker_runs && resume_step_ > 0 && absl::Now() < deadline) {
+    if (taker_runs && resume_step_ > 0 && hetps::Now() < deadline) {
       absl::SleepFor(options_.lease_ttl / 4);
       continue;
     }
@@ -148,7 +149,7 @@ absl::Status Shard::ClaimOwnGroup() {
       handover_due =
           backup.ok() && (record.backup_lease == 0 || backup->lease == record.backup_lease);
     }
-    if (!handover_due || absl::Now() >= deadline) break;
+    if (!handover_due || hetps::Now() >= deadline) break;
     absl::SleepFor(options_.lease_ttl / 4);
   }
   // A new run of the job, or its state is lost (no backup took it over: workers that knew the

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/prometheus.h"
 #include "common/version.h"
 #include "server/shard.h"
@@ -223,7 +224,7 @@ std::string Shard::RenderMetrics() const {
       out.Family("hetps_shard_checkpoint_age_seconds", "gauge",
                  "Seconds since the newest checkpoint part became durable.");
       out.Sample("hetps_shard_checkpoint_age_seconds", {},
-                 absl::ToDoubleSeconds(absl::Now() - written));
+                 absl::ToDoubleSeconds(hetps::Now() - written));
     }
   }
   WriteProcessMetrics(out);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/task_thread.h"
 #include "server/request_util.h"
@@ -95,7 +96,7 @@ void Shard::WriteState(transport::Request request, transport::ReplyCallback repl
   auto pending = std::make_shared<PendingRequest>(
       std::vector<hetps::v1::PartitionItem>(1), /*returns_weights=*/false, std::move(reply),
       metrics_, hetps::v1::WriteStateResponse().SerializeAsString());
-  pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, absl::Now()), options_.max_wait);
+  pending->SetDeadline(timers_.get(), AnswerBy(request.deadline, hetps::Now()), options_.max_wait);
   const bool posted = owners_[partition->owner()]->Post(
       [pending, tensor = tensor, partition = partition, version = write->version(),
        state = std::move(request.payload)] {

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth_token.h"
+#include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/runtime.h"
 #include "common/status_macros.h"
@@ -34,7 +35,7 @@ bool SameDeclaration(const DeclaredTensor& a, const DeclaredTensor& b) {
 }  // namespace
 
 absl::Status ClientImpl::Connect() {
-  const absl::Time deadline = absl::Now() + options_.connect_timeout;
+  const absl::Time deadline = hetps::Now() + options_.connect_timeout;
   const auto num_shards = static_cast<uint32_t>(options_.servers.size());
   std::vector<std::shared_ptr<ShardChannel>> channels;
   std::vector<std::string> headers;
@@ -187,7 +188,7 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
   HETPS_ASSIGN_OR_RETURN(
       std::vector<transport::Response> responses,
       internal::CallEach(*transport_, targets, hetps::v1::METHOD_DECLARE, headers,
-                         std::move(payloads), absl::Now() + options_.call_timeout));
+                         std::move(payloads), hetps::Now() + options_.call_timeout));
   std::vector<uint32_t> message_shards;
   for (const PlannedMessage& message : messages) message_shards.push_back(message.shard);
   HETPS_RETURN_IF_ERROR(CheckNoShardForgot(channels, request, message_shards, responses));
@@ -242,7 +243,7 @@ absl::Status ClientImpl::CheckNoShardForgot(const ChannelList& channels,
   }
   // Answered with DataLoss by design: the mark is what counts.
   (void)internal::CallEach(*transport_, forgot, hetps::v1::METHOD_DECLARE, headers, {},
-                           absl::Now() + options_.call_timeout);
+                           hetps::Now() + options_.call_timeout);
   return absl::DataLossError(absl::StrFormat(
       "tensor '%s': shard %s held none of its partitions while shard %d (%s) had applied %d "
       "step(s) to its own: restarted without its state (no replica or checkpoint); the tensor "

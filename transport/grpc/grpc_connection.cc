@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
 #include "transport/internal/call_scope.h"
@@ -221,7 +222,7 @@ void GrpcConnection::Call(Request request, ResponseCallback done) {
   header.set_header(std::move(request.header));
   if (request.deadline != absl::InfiniteFuture()) {
     header.set_timeout_us(
-        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - absl::Now())));
+        std::max<int64_t>(1, absl::ToInt64Microseconds(request.deadline - hetps::Now())));
   }
   const size_t frame_size = EncodedFrameSize(header, request.payload);
   if (frame_size > max_message_bytes_) {

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
 #include "transport/grpc/grpc_credentials.h"
@@ -127,7 +128,7 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
     request.header = std::move(*frame.header.mutable_header());
     request.payload = std::move(frame.payload);
     if (frame.header.timeout_us() > 0) {
-      request.deadline = absl::Now() + absl::Microseconds(frame.header.timeout_us());
+      request.deadline = hetps::Now() + absl::Microseconds(frame.header.timeout_us());
     }
     const uint64_t id = frame.header.call_id();
     std::shared_ptr<ServerStream> self = self_;
@@ -292,7 +293,7 @@ void GrpcListener::Shutdown() {
     if (shut_down_ || server_ == nullptr) return;
     shut_down_ = true;
   }
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + kShutdownGrace));
+  server_->Shutdown(absl::ToChronoTime(hetps::Now() + kShutdownGrace));
   server_->Wait();
 }
 

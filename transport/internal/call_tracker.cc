@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "transport/internal/call_scope.h"
 
 namespace hetps::transport::internal {
@@ -59,7 +60,7 @@ struct CallTracker::State : std::enable_shared_from_this<State> {
       after = on_expiry;
       timer = 0;
       timer_due = absl::InfiniteFuture();
-      const absl::Time now = absl::Now();
+      const absl::Time now = hetps::Now();
       absl::Time next = absl::InfiniteFuture();
       for (auto it = calls.begin(); it != calls.end();) {
         auto call = it++;

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace hetps::transport::internal {
@@ -52,7 +53,7 @@ ServerConnection::ServerConnection(RequestHandler* handler, const TransportOptio
       max_in_progress_(options.max_requests_in_progress),
       info_(MakeInfo(std::move(peer), std::move(greeting))),
       admission_(handler_->Admit(info_)),
-      last_request_(absl::Now()) {
+      last_request_(hetps::Now()) {
   if (!admission_.ok() && FirstRefusalOf(info_.peer)) {
     LogWarning("refused connection %d from %s: %s (further refusals of this host not logged)",
                info_.id, info_.peer, admission_.ToString());
@@ -83,7 +84,7 @@ std::shared_ptr<ServerConnection> ServerConnection::Find(uint64_t id) {
 void ServerConnection::Dispatch(Request request, ReplyCallback reply) {
   {
     absl::MutexLock lock(&mu_);
-    last_request_ = absl::Now();
+    last_request_ = hetps::Now();
     if (admission_.ok()) ++in_progress_;
   }
   if (!admission_.ok()) {
@@ -152,11 +153,11 @@ void ConnectionSweeper::Add(std::weak_ptr<ServerConnection> connection,
 void ConnectionSweeper::ScheduleLocked() {
   if (scheduled_ || entries_.empty()) return;
   scheduled_ = true;
-  timers_->Schedule(absl::Now() + idle_timeout_ / 4, [this] { Sweep(); });
+  timers_->Schedule(hetps::Now() + idle_timeout_ / 4, [this] { Sweep(); });
 }
 
 void ConnectionSweeper::Sweep() {
-  const absl::Time cutoff = absl::Now() - idle_timeout_;
+  const absl::Time cutoff = hetps::Now() - idle_timeout_;
   std::vector<absl::AnyInvocable<void()>> to_close;
   {
     absl::MutexLock lock(&mu_);

@@ -55,7 +55,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   absl::Duration keepalive_timeout;
   std::shared_ptr<internal::CallTracker> tracker;
   std::unique_ptr<Connection> bootstrap;  // gRPC, to the same server
-  absl::Time last_probe = absl::Now();    // only on the timer thread
+  absl::Time last_probe = hetps::Now();   // only on the timer thread
 
   absl::Mutex mu;
   bool shut_down ABSL_GUARDED_BY(mu) = false;
@@ -146,7 +146,7 @@ void ClientCore::CallBootstrap(const hetps::v1::UcxBootstrapRequest& message,
   Request request;
   request.method = kBootstrapMethod;
   request.header = message.SerializeAsString();
-  request.deadline = absl::Now() + timeout;
+  request.deadline = hetps::Now() + timeout;
   bootstrap->Call(std::move(request),
                   [weak = weak_from_this(), then](absl::StatusOr<Response> response) {
                     if (std::shared_ptr<ClientCore> core = weak.lock()) {
@@ -198,14 +198,14 @@ void ClientCore::Probe() {
 void ClientCore::ScheduleKeepalive() {
   if (keepalive_interval == absl::InfiniteDuration()) return;
   const absl::Duration tick = std::min(keepalive_interval, kProbeWhileCallsWait);
-  timers->Schedule(absl::Now() + tick, [weak = weak_from_this()] {
+  timers->Schedule(hetps::Now() + tick, [weak = weak_from_this()] {
     std::shared_ptr<ClientCore> core = weak.lock();
     if (core == nullptr) return;
     {
       absl::MutexLock lock(&core->mu);
       if (core->shut_down) return;
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = hetps::Now();
     if (core->tracker->outstanding() > 0 || now - core->last_probe >= core->keepalive_interval) {
       core->last_probe = now;
       core->Probe();

@@ -249,8 +249,8 @@ bool UcxWorker::RunTasks() {
 }
 
 void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done() && absl::Now() < deadline) ucp_worker_progress(worker_);
+  const absl::Time deadline = hetps::Now() + timeout;
+  while (!done() && hetps::Now() < deadline) ucp_worker_progress(worker_);
 }
 
 void UcxWorker::Run() {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "worker/local_group.h"
 
@@ -42,7 +43,7 @@ absl::StatusOr<LocalGroupId> LocalGroup::IdThroughFile(const std::string& path, 
         in.gcount() == static_cast<std::streamsize>(id.size())) {
       return id;
     }
-    if (absl::Now() + backoff > deadline) {
+    if (hetps::Now() + backoff > deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "local rank %d: rank 0 did not write the group id to %s in time", rank, path));
     }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "worker/device/scoped_device.h"
 #include "worker/local_group.h"
@@ -33,7 +34,7 @@ absl::Status AwaitReady(ncclComm_t comm, absl::Time deadline, const char* what) 
     ncclResult_t state = ncclSuccess;
     HETPS_RETURN_IF_ERROR(NcclStatus(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError"));
     if (state != ncclInProgress) return NcclStatus(state, what);
-    if (absl::Now() >= deadline) {
+    if (hetps::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrFormat("%s did not finish in time", what));
     }
     absl::SleepFor(backoff);
@@ -77,7 +78,7 @@ class NcclLocalGroup final : public LocalGroup {
   // A call that answered ncclInProgress is being issued: wait (bounded) until it is queued.
   absl::Status Issued(ncclResult_t result, const char* what) {
     if (result != ncclInProgress) return NcclStatus(result, what);
-    return AwaitReady(comm_, absl::Now() + kCallTimeout, what);
+    return AwaitReady(comm_, hetps::Now() + kCallTimeout, what);
   }
 };
 
@@ -117,7 +118,7 @@ absl::StatusOr<std::shared_ptr<LocalGroup>> LocalGroup::Create(const LocalGroupI
   if (started != ncclSuccess && started != ncclInProgress) {
     return NcclStatus(started, "ncclCommInitRankConfig");
   }
-  absl::Status ready = AwaitReady(comm, absl::Now() + timeout, "joining the local group");
+  absl::Status ready = AwaitReady(comm, hetps::Now() + timeout, "joining the local group");
   if (!ready.ok()) {
     ncclCommAbort(comm);
     return absl::Status(ready.code(),

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
 #include "proto/ps.pb.h"
@@ -36,7 +37,7 @@ absl::Status ClientImpl::SetHyperparameters(TensorId tensor, uint64_t from_step,
     headers.push_back(request.SerializeAsString());
   }
   return internal::CallEach(*transport_, channels, hetps::v1::METHOD_SET_OPTIMIZER, headers, {},
-                            absl::Now() + options_.call_timeout)
+                            hetps::Now() + options_.call_timeout)
       .status();
 }
 
@@ -60,7 +61,7 @@ absl::StatusOr<TensorState> ClientImpl::ReadStateOf(TensorId id, bool backup) {
   }
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
                          internal::CallEach(*transport_, targets, hetps::v1::METHOD_READ_STATE,
-                                            headers, {}, absl::Now() + options_.call_timeout));
+                                            headers, {}, hetps::Now() + options_.call_timeout));
   TensorState state;
   state.weights.resize(tensor->num_elements);
   for (uint32_t p = 0; p < num_partitions; ++p) {
@@ -133,7 +134,7 @@ absl::Status ClientImpl::WriteState(TensorId id, const TensorState& state) {
     payloads.push_back(std::move(payload));
   }
   return internal::CallEach(*transport_, targets, hetps::v1::METHOD_WRITE_STATE, headers,
-                            std::move(payloads), absl::Now() + options_.call_timeout)
+                            std::move(payloads), hetps::Now() + options_.call_timeout)
       .status();
 }
 
@@ -151,7 +152,7 @@ absl::Status ClientImpl::Barrier() {
   // Shard 0 coordinates barriers.
   HETPS_RETURN_IF_ERROR(internal::CallEach(*transport_, {channels[0]}, hetps::v1::METHOD_BARRIER,
                                            {request.SerializeAsString()}, {},
-                                           absl::Now() + options_.call_timeout)
+                                           hetps::Now() + options_.call_timeout)
                             .status());
   // Only a barrier that completed counts: after a failure, calling again retries the same one.
   absl::MutexLock lock(&mu_);
@@ -170,7 +171,7 @@ absl::Status ClientImpl::Checkpoint(uint64_t step) {
     headers.push_back(request.SerializeAsString());
   }
   return internal::CallEach(*transport_, *channel_list, hetps::v1::METHOD_CHECKPOINT, headers, {},
-                            absl::Now() + options_.call_timeout)
+                            hetps::Now() + options_.call_timeout)
       .status();
 }
 
@@ -184,7 +185,7 @@ absl::StatusOr<DropResult> ClientImpl::Drop(absl::Span<const std::string> names)
   }
   HETPS_ASSIGN_OR_RETURN(DropResult result,
                          internal::DropOnEach(*transport_, *channel_list, request,
-                                              absl::Now() + options_.call_timeout));
+                                              hetps::Now() + options_.call_timeout));
   absl::MutexLock lock(&mu_);
   for (uint64_t key : request.tensor_keys()) {
     auto it = tensors_.find(key);
@@ -201,7 +202,7 @@ absl::StatusOr<DropResult> ClientImpl::DropAll() {
   request.set_all(true);
   HETPS_ASSIGN_OR_RETURN(DropResult result,
                          internal::DropOnEach(*transport_, *channel_list, request,
-                                              absl::Now() + options_.call_timeout));
+                                              hetps::Now() + options_.call_timeout));
   absl::MutexLock lock(&mu_);
   for (auto& [key, tensor] : tensors_) dropped_tensors_.push_back(std::move(tensor));
   tensors_.clear();
@@ -216,7 +217,7 @@ absl::Status ClientImpl::StopShard(uint32_t shard) {
   }
   return internal::CallEach(*transport_, {(*channel_list)[shard]}, hetps::v1::METHOD_STOP,
                             {hetps::v1::StopRequest().SerializeAsString()}, {},
-                            absl::Now() + options_.call_timeout)
+                            hetps::Now() + options_.call_timeout)
       .status();
 }
 
@@ -226,7 +227,7 @@ absl::StatusOr<std::vector<ShardStats>> ClientImpl::Stats() {
   std::vector<std::string> headers(channels.size(), hetps::v1::StatsRequest().SerializeAsString());
   HETPS_ASSIGN_OR_RETURN(std::vector<transport::Response> responses,
                          internal::CallEach(*transport_, channels, hetps::v1::METHOD_STATS, headers,
-                                            {}, absl::Now() + options_.call_timeout));
+                                            {}, hetps::Now() + options_.call_timeout));
   std::vector<ShardStats> stats;
   for (const transport::Response& response : responses) {
     hetps::v1::StatsResponse proto;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "proto/ps.pb.h"
 #include "transport/internal/call_scope.h"
 
@@ -171,7 +172,7 @@ void ShardChannel::OnResponse(std::shared_ptr<PendingCall> call,
 
 bool ShardChannel::ScheduleRetry(std::shared_ptr<PendingCall> call, bool at_once) {
   // The last attempt goes out just before the deadline: a shard back by then is still reached.
-  const absl::Time now = absl::Now();
+  const absl::Time now = hetps::Now();
   const absl::Time last = call->deadline - kLastAttemptMargin;
   if (last <= now) return false;
   const absl::Time when = at_once ? now : std::min(now + call->pause, last);
