@@ -44,8 +44,9 @@ absl::Status LocalCluster::Start(int num_shards, int num_workers,
 absl::Status LocalCluster::StartShard(int i, const std::vector<std::string>& more_flags) {
   // A restarted shard takes the port it had; a new one a port that no outgoing connection can
   // take while it is down (see ports.h).
-  std::string port = absl::StrCat(StablePort());
-  if (!addresses_[i].empty()) port = addresses_[i].substr(addresses_[i].rfind(':') + 1);
+  const std::string port = addresses_[i].empty()
+                               ? absl::StrCat(StablePort())
+                               : addresses_[i].substr(addresses_[i].rfind(':') + 1);
   std::remove(absl::StrCat(dir(), "/port", i).c_str());
   std::vector<std::string> argv = {BinaryPath("server/ps-server"),
                                    "--host=127.0.0.1",
