@@ -60,9 +60,10 @@ absl::Status CheckLogLevelEnvironment() {
 
 void LogMessage(LogSeverity severity, absl::string_view message) {
   if (severity < MinSeverity().load(std::memory_order_relaxed)) return;
-  std::string line = absl::StrFormat(
-      "%c%s %d] %s\n", SeverityLetter(severity),
-      absl::FormatTime("%m%d %H:%M:%E6S", hetps::Now(), absl::LocalTimeZone()), getpid(), message);
+  std::string line =
+      absl::StrFormat("%c%s %d] %s\n", SeverityLetter(severity),
+                      absl::FormatTime("%m%d %H:%M:%E6S", hetps::WallNow(), absl::LocalTimeZone()),
+                      getpid(), message);
   // One write per line keeps lines from different threads and processes whole.
   size_t written = 0;
   while (written < line.size()) {

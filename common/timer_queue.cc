@@ -2,10 +2,23 @@
 
 #include <algorithm>
 
-#include "absl/time/clock.h"
 #include "common/clock.h"
 
 namespace hetps {
+namespace {
+
+// absl::Mutex as the BasicLockable that std::condition_variable_any takes.
+class LockableMutex {
+ public:
+  explicit LockableMutex(absl::Mutex& mu) : mu_(mu) {}
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION(mu_) { mu_.Lock(); }
+  void unlock() ABSL_UNLOCK_FUNCTION(mu_) { mu_.Unlock(); }
+
+ private:
+  absl::Mutex& mu_;
+};
+
+}  // namespace
 
 TimerQueue::TimerQueue() : thread_([this] { Run(); }) {}
 
@@ -14,6 +27,7 @@ TimerQueue::~TimerQueue() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  wake_.notify_all();
   thread_.join();
   // Posted tasks may post more; run until none is left.
   while (true) {
@@ -29,18 +43,29 @@ TimerQueue::~TimerQueue() {
 }
 
 void TimerQueue::Post(absl::AnyInvocable<void()> task) {
-  absl::MutexLock lock(&mu_);
-  posted_.push_back(std::move(task));
-  ++wakeups_;
+  {
+    absl::MutexLock lock(&mu_);
+    posted_.push_back(std::move(task));
+    ++wakeups_;
+  }
+  wake_.notify_one();
 }
 
 TimerQueue::TimerId TimerQueue::Schedule(absl::Time when, absl::AnyInvocable<void()> callback) {
-  absl::MutexLock lock(&mu_);
-  TimerId id = next_id_++;
-  if (when < sleeps_until_) ++wakeups_;
-  ++scheduled_;  // the thread reads the clock, not every caller
-  timers_.emplace(Key{when, id}, std::move(callback));
-  deadlines_.emplace(id, when);
+  bool wake = false;
+  TimerId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = next_id_++;
+    if (when < sleeps_until_) {
+      ++wakeups_;
+      wake = true;
+    }
+    ++scheduled_;  // the thread reads the clock, not every caller
+    timers_.emplace(Key{when, id}, std::move(callback));
+    deadlines_.emplace(id, when);
+  }
+  if (wake) wake_.notify_one();
   return id;
 }
 
@@ -79,7 +104,12 @@ void TimerQueue::Run() {
       const uint64_t seen = wakeups_;
       auto woken = [this, seen]()
                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || wakeups_ != seen; };
-      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      LockableMutex lockable(mu_);
+      if (next == absl::InfiniteFuture()) {
+        wake_.wait(lockable, woken);
+      } else {
+        wake_.wait_until(lockable, ToSteady(next), woken);
+      }
       continue;
     }
     auto node = timers_.extract(timers_.begin());

@@ -13,9 +13,13 @@
 // timers come and go, the thread wakes at least every kTick by itself, so scheduling a timer due
 // after its next wake-up costs no thread wake-up (a futex call and a context switch per call
 // otherwise). After kIdle without a timer it sleeps until the next one.
+//
+// Times are Now()'s (common/clock.h), and the thread sleeps on the monotonic clock: a step of
+// the wall clock neither fires timers early nor holds them back.
 #ifndef HETPS_COMMON_TIMER_QUEUE_H_
 #define HETPS_COMMON_TIMER_QUEUE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -59,6 +63,9 @@ class TimerQueue {
   void Run();
 
   absl::Mutex mu_;
+  // Signalled when wakeups_ changes or stopping_ is set: the thread waits on it with a
+  // steady_clock deadline (Abseil's timed waits follow the wall clock).
+  std::condition_variable_any wake_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   TimerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Bumped to wake the thread: a timer is due before the thread would wake by itself.

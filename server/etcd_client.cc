@@ -4,9 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "grpc/support/time.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/etcd_rpc.grpc.pb.h"
+#include "transport/grpc/grpc_deadline.h"
 
 namespace hetps::server {
 namespace {
@@ -30,13 +32,6 @@ std::string PrefixEnd(std::string prefix) {
   return std::string(1, '\0');  // every key
 }
 
-// `timeout` from now on gRPC's monotonic clock: a step of the wall clock neither ends a call
-// at once nor stretches it (a lease renewal must fail within the lease's time).
-gpr_timespec DeadlineIn(absl::Duration timeout) {
-  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                      gpr_time_from_nanos(absl::ToInt64Nanoseconds(timeout), GPR_TIMESPAN));
-}
-
 EtcdClient::Value ValueOf(const etcdserverpb::KeyValue& kv) {
   return EtcdClient::Value{kv.value(), kv.mod_revision(), kv.lease()};
 }
@@ -55,7 +50,8 @@ class GrpcEtcdClient final : public EtcdClient {
                      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                      const Request& request, Response* response, const char* what) {
     grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(call_timeout()));
+    // On gRPC's monotonic clock: a lease renewal must fail within the lease's time.
+    context.set_deadline(transport::GrpcDeadline(hetps::Now() + call_timeout()));
     return FromGrpc((stub->*method)(&context, request, response), endpoint(), what);
   }
 
@@ -142,7 +138,7 @@ class GrpcEtcdClient final : public EtcdClient {
 
   absl::StatusOr<absl::Duration> RenewLease(int64_t lease) override {
     grpc::ClientContext context;
-    context.set_deadline(DeadlineIn(call_timeout()));
+    context.set_deadline(transport::GrpcDeadline(hetps::Now() + call_timeout()));
     std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::LeaseKeepAliveRequest,
                                              etcdserverpb::LeaseKeepAliveResponse>>
         stream = lease_->LeaseKeepAlive(&context);
@@ -183,7 +179,7 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(const std::strin
                                                                 absl::Duration call_timeout) {
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(DeadlineIn(call_timeout))) {
+  if (!channel->WaitForConnected(transport::GrpcDeadline(hetps::Now() + call_timeout))) {
     return absl::UnavailableError(absl::StrCat("etcd at ", endpoint, " cannot be reached within ",
                                                absl::FormatDuration(call_timeout)));
   }

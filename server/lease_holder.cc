@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/await.h"
 #include "common/log.h"
 
 namespace hetps::server {
@@ -53,7 +54,7 @@ void LeaseHolder::Run() {
       LogWarning("etcd lease %x not renewed, trying again: %s", id_, renewed.status().ToString());
     }
     auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stop), pause);
+    AwaitFor(mu_, absl::Condition(&stop), pause);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -60,7 +61,7 @@ absl::Status Shard::AwaitOutcome(const std::shared_ptr<void>& awaited, const std
   const absl::Time deadline = hetps::Now() + kCopyDeadline;
   absl::MutexLock lock(&outcome.mu);
   auto done = [&outcome]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(outcome.mu) { return outcome.done; };
-  while (!outcome.mu.AwaitWithTimeout(absl::Condition(&done), absl::Milliseconds(100))) {
+  while (!AwaitFor(outcome.mu, absl::Condition(&done), absl::Milliseconds(100))) {
     if (stopped_.load()) return absl::CancelledError("the shard is stopping");
     if (hetps::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(

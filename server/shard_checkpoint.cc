@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/await.h"
 #include "common/clock.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
@@ -232,7 +233,7 @@ absl::Status Shard::CheckpointNow(absl::Time deadline) {
     auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(gathered->mu) {
       return gathered->answered == partitions.size();
     };
-    if (!gathered->mu.AwaitWithDeadline(absl::Condition(&all), deadline)) {
+    if (!AwaitUntil(gathered->mu, absl::Condition(&all), deadline)) {
       return absl::DeadlineExceededError("the partitions' owner threads did not answer in time");
     }
     copies = std::move(gathered->copies);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -180,7 +181,7 @@ void Shard::ManageGroups() {
     auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watch_mu_) {
       return watch_stopped_ || !lost_backups_.empty();
     };
-    watch_mu_.AwaitWithTimeout(absl::Condition(&wake), period);
+    AwaitFor(watch_mu_, absl::Condition(&wake), period);
   }
 }
 

@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/await.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/task_thread.h"
@@ -58,7 +59,7 @@ class DeviceClientImpl final : public DeviceClient {
       absl::MutexLock lock(&mu_);
       auto passed = [this]()
                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pending_on_streams_ == 0; };
-      while (!mu_.AwaitWithTimeout(absl::Condition(&passed), kDrainAllowance)) {
+      while (!AwaitFor(mu_, absl::Condition(&passed), kDrainAllowance)) {
         LogError("device client closing: %d operation(s) wait for their streams",
                  pending_on_streams_);
       }

@@ -10,8 +10,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
@@ -153,7 +153,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
     // stream (and its ClientContext, which holds the channel) is then destroyed on that thread.
     // Destroyed here instead, on a gRPC thread, the last channel reference could start gRPC's
     // library shutdown on a detached thread and race with the process's exit.
-    std::shared_ptr<absl::Notification> done = done_;
+    std::shared_ptr<TimedNotification> done = done_;
     self_.reset();  // `this` may be gone from here on
     done->Notify();
   }
@@ -181,7 +181,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   const std::shared_ptr<internal::CallTracker> tracker_;
   grpc::ClientContext context_;
   grpc::ByteBuffer read_buffer_;
-  const std::shared_ptr<absl::Notification> done_ = std::make_shared<absl::Notification>();
+  const std::shared_ptr<TimedNotification> done_ = std::make_shared<TimedNotification>();
   std::shared_ptr<ClientStream> self_;
 
   absl::Mutex mu_;

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "transport/grpc/frame_codec.h"
 #include "transport/grpc/grpc_credentials.h"
+#include "transport/grpc/grpc_deadline.h"
 #include "transport/internal/server_connection.h"
 
 namespace hetps::transport::grpc_internal {
@@ -293,7 +294,7 @@ void GrpcListener::Shutdown() {
     if (shut_down_ || server_ == nullptr) return;
     shut_down_ = true;
   }
-  server_->Shutdown(absl::ToChronoTime(hetps::Now() + kShutdownGrace));
+  server_->Shutdown(GrpcDeadline(hetps::Now() + kShutdownGrace));
   server_->Wait();
 }
 

@@ -12,6 +12,7 @@
 #include "transport/grpc/frame_codec.h"
 #include "transport/grpc/grpc_connection.h"
 #include "transport/grpc/grpc_credentials.h"
+#include "transport/grpc/grpc_deadline.h"
 #include "transport/grpc/grpc_listener.h"
 
 namespace hetps::transport {
@@ -51,7 +52,7 @@ class GrpcTransport final : public Transport {
         grpc_internal::ChannelCredentials(options_);
     if (!credentials.ok()) return credentials.status();
     std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, *credentials, args);
-    if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+    if (!channel->WaitForConnected(GrpcDeadline(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
     }
     return std::make_unique<grpc_internal::GrpcConnection>(

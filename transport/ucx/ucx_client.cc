@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -429,7 +430,7 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   auto settled = [&core]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core->mu) {
     return core->ready || !core->bootstrapping;
   };
-  core->mu.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  AwaitUntil(core->mu, absl::Condition(&settled), deadline);
   if (!core->ready) {
     // A refusal keeps its code (the server did not admit this client's greeting).
     return absl::Status(
@@ -445,7 +446,7 @@ UcxConnection::~UcxConnection() { Shutdown(); }
 
 size_t UcxConnection::HeldSinksForTesting() {
   auto held = std::make_shared<std::atomic<size_t>>(0);
-  auto counted = std::make_shared<absl::Notification>();
+  auto counted = std::make_shared<TimedNotification>();
   if (!core_->worker->Post([core = core_, held, counted] {
         held->store(core->sinks.size());
         counted->Notify();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/log.h"
 #include "common/partitioning.h"
 #include "common/status_macros.h"
@@ -94,7 +95,7 @@ StagingPipeline::~StagingPipeline() {
   {
     absl::MutexLock lock(&mu_);
     auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return jobs_in_flight_ == 0; };
-    while (!mu_.AwaitWithTimeout(absl::Condition(&drained), drain_timeout_)) {
+    while (!AwaitFor(mu_, absl::Condition(&drained), drain_timeout_)) {
       LogError("device client closing: %d operation(s) still in flight after %s", jobs_in_flight_,
                absl::FormatDuration(drain_timeout_));
     }
