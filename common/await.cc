@@ -1,6 +1,5 @@
 #include "common/await.h"
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 
@@ -10,19 +9,34 @@
 namespace hetps {
 namespace {
 
+// Retried this often while someone else holds the waiter's mutex (whose release then evaluates
+// the waiter's condition anyway).
+constexpr absl::Duration kRetry = absl::Milliseconds(1);
+
 // What a deadline's timer touches. `mu` is cleared (under `guard`) when the wait ends, so a
-// timer that fires later never touches a mutex that may be gone; one that is releasing `mu`
-// (`firing`) is waited for.
+// timer that fires later never touches a mutex that may be gone.
 struct Alarm {
   std::mutex guard;
-  std::condition_variable fired;
   absl::Mutex* mu = nullptr;
-  bool firing = false;
 };
 
 TimerQueue& AlarmTimers() {
   static TimerQueue* const timers = new TimerQueue();  // never destroyed: waits may outlive main
   return *timers;
+}
+
+// Releases the waiter's mutex so that Abseil evaluates its condition. Never blocks on it (the
+// timer thread serves every wait: one mutex held for long must not hold up the others' alarms).
+void Ring(const std::shared_ptr<Alarm>& alarm) {
+  {
+    std::lock_guard<std::mutex> guard(alarm->guard);
+    if (alarm->mu == nullptr) return;  // the wait has ended
+    if (alarm->mu->TryLock()) {
+      alarm->mu->Unlock();
+      return;
+    }
+  }
+  AlarmTimers().Schedule(Now() + kRetry, [alarm] { Ring(alarm); });
 }
 
 }  // namespace
@@ -36,32 +50,11 @@ bool AwaitUntil(absl::Mutex& mu, const absl::Condition& condition, absl::Time de
   if (due()) return condition.Eval();
   auto alarm = std::make_shared<Alarm>();
   alarm->mu = &mu;
-  const TimerQueue::TimerId timer = AlarmTimers().Schedule(deadline, [alarm] {
-    absl::Mutex* mu;
-    {
-      std::lock_guard<std::mutex> guard(alarm->guard);
-      if (alarm->mu == nullptr) return;
-      mu = alarm->mu;
-      alarm->firing = true;
-    }
-    mu->Lock();
-    mu->Unlock();  // evaluates the waiter's `due`
-    {
-      std::lock_guard<std::mutex> guard(alarm->guard);
-      alarm->firing = false;
-    }
-    alarm->fired.notify_all();
-  });
+  const TimerQueue::TimerId timer = AlarmTimers().Schedule(deadline, [alarm] { Ring(alarm); });
   mu.Await(absl::Condition(&due));
-  std::unique_lock<std::mutex> guard(alarm->guard);
-  alarm->mu = nullptr;
-  if (alarm->firing) {  // the timer waits for `mu`: let it through before `mu` may go
-    mu.Unlock();
-    alarm->fired.wait(guard, [&alarm] { return !alarm->firing; });
-    guard.unlock();
-    mu.Lock();
-  } else {
-    guard.unlock();
+  {
+    std::lock_guard<std::mutex> guard(alarm->guard);
+    alarm->mu = nullptr;
   }
   AlarmTimers().Cancel(timer);
   return condition.Eval();

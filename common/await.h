@@ -7,7 +7,8 @@
 // back stretches them by the step (a lease not renewed for an hour), a step forward ends them
 // early. AwaitUntil waits without a timeout and has a timer thread that sleeps on the monotonic
 // clock release `mu` at the deadline (Abseil evaluates waiters' conditions whenever `mu` is
-// released), so only Now() (common/clock.h) decides when the deadline has passed.
+// released; if someone else holds it then, their release does), so only Now()
+// (common/clock.h) decides when the deadline has passed.
 #ifndef HETPS_COMMON_AWAIT_H_
 #define HETPS_COMMON_AWAIT_H_
 
