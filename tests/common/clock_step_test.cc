@@ -31,7 +31,8 @@ using Steady = std::chrono::steady_clock;
 
 absl::Duration Since(Steady::time_point start) { return absl::FromChrono(Steady::now() - start); }
 
-// A flag set once, awaited on steady_clock with a bound.
+// A flag set once, awaited on steady_clock with a bound. Not TimedNotification: the test's
+// bounds must not rest on the waits under test.
 class Event {
  public:
   void Set() {
@@ -87,16 +88,15 @@ TEST_P(ClockStepTest, AwaitUntilEndsAtItsDeadlineNotTheWallClocks) {
   bool released = false;  // guarded by mu; set if the wait overstays, to end it
   std::atomic<bool> result{true};
   std::atomic<int64_t> waited_ms{-1};
+  Event ended;
   std::thread waiter([&] {
     absl::MutexLock lock(&mu);
     const Steady::time_point start = Steady::now();
     result = AwaitUntil(mu, absl::Condition(&released), Now() + absl::Milliseconds(500));
     waited_ms = absl::ToInt64Milliseconds(Since(start));
+    ended.Set();
   });
-  for (const Steady::time_point end = Steady::now() + std::chrono::seconds(10);
-       waited_ms.load() < 0 && Steady::now() < end;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ended.AwaitFor(std::chrono::seconds(10));
   {
     absl::MutexLock lock(&mu);
     released = true;
