@@ -19,6 +19,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/command_line.h"
 #include "worker/client.h"
 
@@ -29,6 +30,9 @@ ABSL_FLAG(uint64_t, partition_bytes, 16 << 20, "Partition size in bytes");
 ABSL_FLAG(std::string, ack_log, "", "Where each acknowledged step's time goes (required)");
 ABSL_FLAG(std::string, stop_file, "", "Stop once this file exists");
 ABSL_FLAG(double, seconds, 300, "Stop after this long at the latest");
+ABSL_FLAG(std::string, init, "zeros",
+          "The model's initializer: zeros, or normal (mean 0, stddev 0.02, as models draw "
+          "their weights)");
 
 namespace {
 
@@ -60,9 +64,19 @@ int main(int argc, char** argv) {
     model.name = "failover.model";
     model.num_elements = absl::GetFlag(FLAGS_shard_bytes) / sizeof(float) * options.servers.size();
     model.optimizer = {"sgd", {{"lr", 1e-3}}};
+    const std::string init = absl::GetFlag(FLAGS_init);
+    if (init == "normal") {
+      model.init = hetps::Initializer::Normal(0, 0.02, /*seed=*/1);
+    } else if (init != "zeros") {
+      return Fail(absl::InvalidArgumentError("--init is zeros or normal"));
+    }
+    const absl::Time declaring = absl::Now();
     if (absl::StatusOr<hetps::TensorId> id = (*declarer)->Declare(model); !id.ok()) {
       return Fail(id.status());
     }
+    // Read by bench/failover_rejoin.sh.
+    std::printf("model declared in %s\n", absl::FormatDuration(absl::Now() - declaring).c_str());
+    std::fflush(stdout);
   }
   // The probe: 8 small partitions per shard, so that every step goes through every shard.
   options.partition_bytes = 64 << 10;

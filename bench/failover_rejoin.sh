@@ -8,12 +8,14 @@
 #   rejoin_ms                      restart of shard 1 to its being a full backup again
 #   copy_ms_from_shard_0/2         how long each copying shard took (its log), of which
 #   declare_ms_from_shard_0        shard 1 set the tensors up (allocating its copies)
+#   model_declare_ms               the job's declaration of the model (every shard setting
+#                                  up its partitions and, replicated, its copies)
 #   median_step_ms, longest_step_during_rejoin_ms
 #   link_ms                        --shard_bytes over the link at the transport's raw floor
 #                                  (ps-bench's push floor at the partition size)
 #
 #   bench/failover_rejoin.sh [--build_dir build] [--transport grpc|ucx] [--shard_bytes 1G]
-#                            [--lease_s 2] [--partition_bytes 16M]
+#                            [--lease_s 2] [--partition_bytes 16M] [--init zeros|normal]
 set -euo pipefail
 
 build_dir=build
@@ -21,6 +23,7 @@ transport=grpc
 shard_bytes=1G
 partition_bytes=16M
 lease_s=2
+init=zeros
 while [ $# -gt 0 ]; do
   case "$1" in
     --build_dir) build_dir=$2; shift 2 ;;
@@ -28,7 +31,8 @@ while [ $# -gt 0 ]; do
     --shard_bytes) shard_bytes=$2; shift 2 ;;
     --partition_bytes) partition_bytes=$2; shift 2 ;;
     --lease_s) lease_s=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --init) init=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -87,7 +91,7 @@ servers="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 
 acks="$run_dir/acks"
 "$driver" --servers "$servers" --transport "$transport" --shard_bytes "$(bytes "$shard_bytes")" \
-  --partition_bytes "$(bytes "$partition_bytes")" --ack_log "$acks" --stop_file "$run_dir/stop" \
+  --partition_bytes "$(bytes "$partition_bytes")" --init "$init" --ack_log "$acks" --stop_file "$run_dir/stop" \
   >"$run_dir/driver.log" 2>&1 &
 driver_pid=$!
 await "[ -s $acks ] && [ \$(wc -l <$acks) -ge 50 ]" 300
@@ -127,6 +131,7 @@ copy_ms() {  # log: "... full backup ... again (N partitions copied in 1.234s)"
 declare_ms() {  # log: "shard 1 declared N tensors in 1.234s"
   sed -n 's/.*shard 1 declared [0-9]* tensors in \(.*\)$/\1/p' "$1" | tail -n 1 | to_ms
 }
+model_declare=$(sed -n 's/^model declared in \(.*\)$/\1/p' "$run_dir/driver.log" | to_ms)
 copy_0=$(copy_ms "$run_dir/shard0.log")
 copy_2=$(copy_ms "$run_dir/shard2.log")
 declare_0=$(declare_ms "$run_dir/shard0.log")
@@ -148,7 +153,8 @@ floor_gbps=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "floor_gbps"
                       { print $c; exit }' "$run_dir/floor.csv")
 link_ms=$(awk -v b="$(bytes "$shard_bytes")" -v g="$floor_gbps" 'BEGIN { printf "%.0f", b / (g * 1e6) }')
 
-echo "transport=$transport shard_bytes=$shard_bytes partition_bytes=$partition_bytes lease_s=$lease_s"
+echo "transport=$transport shard_bytes=$shard_bytes partition_bytes=$partition_bytes lease_s=$lease_s init=$init"
+echo "model_declare_ms=$model_declare"
 echo "failover_1_ms=$failover_1"
 echo "failover_2_ms=$failover_2"
 echo "rejoin_ms=$((rejoined_at - restarted_at))"

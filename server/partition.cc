@@ -43,6 +43,7 @@ Partition::Partition(const Config& config, AlignedBuffer weights, AlignedBuffer 
     : config_(config),
       backup_(config.backup),
       replicating_(config.replicate != nullptr && config.replicating && !config.backup),
+      deferred_init_(config.deferred_init),
       weights_(std::make_shared<AlignedBuffer>(std::move(weights))),
       state_(std::move(state)),
       awaits_values_(config.awaits_values),
@@ -329,6 +330,7 @@ absl::Status Partition::Reschedule(uint64_t from_version,
 void Partition::SetInitialValues(const transport::Payload& values) {
   if (retired() || !awaits_values_ || version() != 0) return;
   awaits_values_ = false;
+  deferred_init_ = nullptr;
   bf16_ = fp16_ = WireCopy();  // conversions of the zeros are stale now
   if (weights_.use_count() > 1) {
     // A pull is sending the zeros: write the values into a fresh buffer.

@@ -105,6 +105,11 @@ class Partition {
     bool replicating = true;
     // This is the backup's copy of a partition another shard serves.
     bool backup = false;
+    // A copy whose values are to be copied over it (a rejoining backup's snapshot, a restore):
+    // it starts as zeros, and takes its initial values from this initializer (the tensor's,
+    // which outlives the partition) only if something else comes first (a replicated change,
+    // a takeover). Null: the weights given to Create are the initial ones.
+    const hetps::v1::Initializer* deferred_init = nullptr;
   };
 
   // Updates of at least this many elements are spread over the kernel pool.
@@ -285,6 +290,8 @@ class Partition {
   // sends the old ones) and each state slot, straight from `state` laid out as ReadState's.
   // REQUIRES: state.size() is ReadState's.
   absl::Status CopyStateFrom(const transport::Payload& state);
+  // Draws the deferred initial values into the weights, if nothing has overwritten them yet.
+  void TakeDeferredValues();
   // Restore and LoadSnapshot: each worker's run (by rank) and the version, as copied.
   void TakeRunsAndVersion(const google::protobuf::RepeatedPtrField<hetps::v1::WorkerRunImage>& runs,
                           uint64_t version);
@@ -296,6 +303,9 @@ class Partition {
   absl::Status retired_;  // OK until Retire
   std::atomic<bool> backup_;
   bool replicating_;
+  // Config::deferred_init until the weights are overwritten or drawn (TakeDeferredValues);
+  // meanwhile ReadState and Digest see the zeros.
+  const hetps::v1::Initializer* deferred_init_;
   std::shared_ptr<AlignedBuffer> weights_;
   // Checkpointed partitions: the weights buffer the last copy on write left (a checkpoint may
   // still be writing it), reused by the next one.

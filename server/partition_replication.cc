@@ -95,6 +95,7 @@ void Partition::DropBackup() {
 }
 
 void Partition::Promote() {
+  TakeDeferredValues();  // served from now on: its values are the job's
   backup_.store(false, std::memory_order_release);
   WakeWaiters();
 }
@@ -188,6 +189,9 @@ absl::Status Partition::ApplyReplicated(const hetps::v1::ReplicatedChange& chang
         config_.index));
   }
   const size_t n = config_.range.size;
+  // A change to the values the primary started from (no snapshot came first: the partition
+  // replicates from its declaration).
+  if (change.kind() != hetps::v1::CHANGE_KIND_WRITE_STATE) TakeDeferredValues();
   switch (change.kind()) {
     case hetps::v1::CHANGE_KIND_STEP: {
       if (change.version() <= version()) return absl::OkStatus();  // a batch sent again

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "server/initializer.h"
 #include "server/partition.h"
 
 namespace hetps::server {
@@ -88,6 +89,7 @@ absl::Status Partition::Restore(const hetps::v1::PartitionImage& image,
   for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
     std::copy_n(values.data() + (slot + 1) * n, n, state_slots_[slot]);
   }
+  deferred_init_ = nullptr;
   TakeRunsAndVersion(image.runs(), image.version());
   return absl::OkStatus();
 }
@@ -127,7 +129,15 @@ absl::Status Partition::CopyStateFrom(const transport::Payload& state) {
     state.CopyTo((slot + 1) * n * sizeof(float),
                  transport::AsWritableBytes(absl::MakeSpan(state_slots_[slot], n)));
   }
+  deferred_init_ = nullptr;
   return absl::OkStatus();
+}
+
+void Partition::TakeDeferredValues() {
+  if (deferred_init_ == nullptr) return;
+  // A copy that still waits for its values has sent no weights anywhere: they are its own.
+  FillInitialWeights(*deferred_init_, config_.range, weights_->data(), config_.kernel_pool);
+  deferred_init_ = nullptr;
 }
 
 absl::Status Partition::WriteState(uint64_t version, const transport::Payload& state) {

@@ -82,6 +82,16 @@ struct ShardOptions {
   bool time_requests = false;
 };
 
+// Which of a new tensor's partitions on a shard are to get their values copied over them (a
+// restore from a checkpoint: all; a rejoining backup: the groups it does not serve, from their
+// snapshots) rather than from the declaration's initializer. Those start as zeros, and the
+// initializer's work (seconds per GiB for a random rule) is done only if something else comes
+// first (Partition::Config::deferred_init).
+struct CopiedValues {
+  bool own_group = false;       // the partitions placed on the shard
+  bool previous_group = false;  // replicated: its copies of the previous shard's
+};
+
 class Shard final : public transport::RequestHandler {
  public:
   explicit Shard(const ShardOptions& options);
@@ -310,12 +320,15 @@ class Shard final : public transport::RequestHandler {
       const transport::Payload* gradients, bool backups = false) const;
   // Builds and publishes a tensor not declared yet; the bool: whether it was this one (another
   // worker's declaration may have come first).
-  absl::StatusOr<std::pair<TensorRef, bool>> CreateTensor(const hetps::v1::TensorDecl& decl);
+  absl::StatusOr<std::pair<TensorRef, bool>> CreateTensor(const hetps::v1::TensorDecl& decl,
+                                                          CopiedValues copied = CopiedValues());
   absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl,
                                                       const PartitionLayout& layout,
-                                                      std::shared_ptr<Optimizer> optimizer);
-  // The partitions of `shard` (this one's, or with `backup` those it keeps for its primary).
-  absl::Status BuildPartitions(Tensor& tensor, uint32_t shard, bool backup);
+                                                      std::shared_ptr<Optimizer> optimizer,
+                                                      CopiedValues copied);
+  // The partitions of `shard` (this one's, or with `backup` those it keeps for its primary);
+  // with `copied`, zeros, the initializer deferred.
+  absl::Status BuildPartitions(Tensor& tensor, uint32_t shard, bool backup, bool copied);
   // Sends a primary partition's changes to its group's backup; Replicated() follows on its
   // owner thread.
   void SendToBackup(TensorRef tensor, Partition& partition, std::vector<ReplicatedChange> changes);

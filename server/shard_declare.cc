@@ -190,13 +190,15 @@ absl::StatusOr<std::vector<Shard::DataItem>> Shard::ResolveInitialValues(
   return ResolveItems(items, &values, /*backups=*/true);
 }
 
-absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::TensorDecl& decl) {
+absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::TensorDecl& decl,
+                                                               CopiedValues copied) {
   HETPS_ASSIGN_OR_RETURN(PartitionLayout layout,
                          PartitionLayout::Create(decl.num_elements(), decl.partition_elements()));
   HETPS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                          CreateOptimizer(decl.optimizer().name(), ParamsOf(decl.optimizer())));
   HETPS_ASSIGN_OR_RETURN(const uint64_t reserved, ReserveMemory(decl, layout, *optimizer));
-  absl::StatusOr<std::unique_ptr<Tensor>> built = BuildTensor(decl, layout, std::move(optimizer));
+  absl::StatusOr<std::unique_ptr<Tensor>> built =
+      BuildTensor(decl, layout, std::move(optimizer), copied);
   if (!built.ok()) {
     ReleaseMemory(reserved);
     return built.status();
@@ -222,7 +224,8 @@ absl::StatusOr<std::pair<TensorRef, bool>> Shard::CreateTensor(const hetps::v1::
 
 absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::TensorDecl& decl,
                                                            const PartitionLayout& layout,
-                                                           std::shared_ptr<Optimizer> optimizer) {
+                                                           std::shared_ptr<Optimizer> optimizer,
+                                                           CopiedValues copied) {
   auto tensor = std::make_unique<Tensor>(decl, layout);
   {
     absl::MutexLock lock(&tensor->schedule_mu);
@@ -233,23 +236,26 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   // This shard's own partitions, and with replication the copies of the previous shard's:
   // each a backup unless this shard serves that group now.
   const uint32_t me = options_.shard_index;
-  HETPS_RETURN_IF_ERROR(BuildPartitions(*tensor, me, /*backup=*/group_server_[me].load() != me));
+  HETPS_RETURN_IF_ERROR(
+      BuildPartitions(*tensor, me, /*backup=*/group_server_[me].load() != me, copied.own_group));
   if (replication_on_) {
     const uint32_t previous = (me + options_.num_shards - 1) % options_.num_shards;
-    HETPS_RETURN_IF_ERROR(
-        BuildPartitions(*tensor, previous, /*backup=*/group_server_[previous].load() != me));
+    HETPS_RETURN_IF_ERROR(BuildPartitions(
+        *tensor, previous, /*backup=*/group_server_[previous].load() != me, copied.previous_group));
   }
   return tensor;
 }
 
-absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup) {
+absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup, bool copied) {
   const hetps::v1::TensorDecl& decl = tensor.decl;
   const PartitionLayout& layout = tensor.layout;
   const ShardShare share = ShareOfShard(layout, decl.key(), options_.num_shards, shard);
   for (uint32_t i = 0; i < share.partitions; ++i) {
     const uint32_t p = share.first_partition + i * options_.num_shards;
     const PartitionRange range = layout.partition(p);
-    HETPS_ASSIGN_OR_RETURN(AlignedBuffer weights, InitialWeights(decl.init(), range));
+    HETPS_ASSIGN_OR_RETURN(
+        AlignedBuffer weights,
+        InitialWeights(copied ? hetps::v1::Initializer() : decl.init(), range, kernels_.get()));
     Partition::Config config;
     config.tensor_key = decl.key();
     config.backup = backup;
@@ -262,6 +268,7 @@ absl::Status Shard::BuildPartitions(Tensor& tensor, uint32_t shard, bool backup)
     config.kernel_pool = kernels_.get();
     if (metrics_->timed) config.apply_duration = &metrics_->apply_duration;
     config.awaits_values = decl.init().kind() == hetps::v1::INIT_KIND_VALUES;
+    if (copied) config.deferred_init = &decl.init();
     if (replication_on_) {
       // Backups too: one taken over replicates to a shard that rejoins.
       // A partition changes only while something holds its tensor (shared_from_this works).

@@ -96,6 +96,40 @@ class ClientReplicationTest : public testing::ClientClusterTest {
     EXPECT_GT(compared, 0);
   }
 
+  // Sends `replicate` (its changes' bytes: `bytes`) to shard `to`, on a connection of its own
+  // that greets with `greeting`.
+  absl::Status SendReplicate(int to, const hetps::v1::ReplicateRequest& replicate,
+                             absl::Span<const float> bytes,
+                             const transport::ConnectOptions& greeting) {
+    std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(GetParam());
+    if (cluster_->inproc() != nullptr) transport = cluster_->inproc();
+    auto connection =
+        transport->Connect(cluster_->addresses()[to], absl::Now() + absl::Seconds(10), greeting);
+    if (!connection.ok()) return connection.status();
+    transport::Request request;
+    request.method = hetps::v1::METHOD_REPLICATE;
+    request.header = replicate.SerializeAsString();
+    request.payload = transport::Payload::Borrow(transport::AsBytes(bytes));
+    request.deadline = absl::Now() + absl::Seconds(10);
+    absl::Status status = testing::CallAndWait(**connection, std::move(request)).status();
+    (*connection)->Shutdown();
+    return status;
+  }
+  // The greeting of a connection that shard `from` opens to shard `to` of `num_shards`.
+  static transport::ConnectOptions PeerGreeting(uint32_t from, uint32_t to, uint32_t num_shards,
+                                                const std::string& token) {
+    hetps::v1::HelloRequest peer;
+    peer.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
+    peer.set_job_id("hetps");
+    peer.set_shard_index(to);
+    peer.set_num_shards(num_shards);
+    peer.set_peer_shard(from + 1);
+    if (!token.empty()) peer.set_auth_token(token);
+    transport::ConnectOptions greeting;
+    greeting.greeting = peer.SerializeAsString();
+    return greeting;
+  }
+
   // The workers and shards go before etcd (they end their leases there).
   void TearDown() override {
     c0_.reset();
@@ -369,46 +403,23 @@ TEST_P(ClientReplicationTest, OnlyTheShardThatServesAPartitionMayReplicateToItsB
   change->set_version(2);
   change->set_num_bytes((*partitions)[of_shard_0].size * sizeof(float));
   std::vector<float> bytes((*partitions)[of_shard_0].size, 1.0f);
-  auto attempt = [&](const transport::ConnectOptions& greeting) -> absl::Status {
-    std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(GetParam());
-    if (cluster_->inproc() != nullptr) transport = cluster_->inproc();
-    auto connection =
-        transport->Connect(cluster_->addresses()[1], absl::Now() + absl::Seconds(10), greeting);
-    if (!connection.ok()) return connection.status();
-    transport::Request request;
-    request.method = hetps::v1::METHOD_REPLICATE;
-    request.header = replicate.SerializeAsString();
-    request.payload = transport::Payload::Borrow(transport::AsBytes(absl::MakeConstSpan(bytes)));
-    request.deadline = absl::Now() + absl::Seconds(10);
-    absl::Status status = testing::CallAndWait(**connection, std::move(request)).status();
-    (*connection)->Shutdown();
-    return status;
+  auto attempt = [&](const transport::ConnectOptions& greeting) {
+    return SendReplicate(1, replicate, bytes, greeting);
   };
   const uint64_t before = cluster_->shard(1).StateDigest();
   const absl::Status from_worker = attempt(testing::WorkerGreeting(1, 3, 0, 1, "hetps", token));
   EXPECT_EQ(from_worker.code(), absl::StatusCode::kPermissionDenied) << from_worker;
-  hetps::v1::HelloRequest peer;
-  peer.set_protocol_version(hetps::v1::PROTOCOL_VERSION_CURRENT);
-  peer.set_job_id("hetps");
-  peer.set_shard_index(1);
-  peer.set_num_shards(3);
-  peer.set_peer_shard(2 + 1);  // shard 2: not shard 1's primary
-  peer.set_auth_token(token);
-  transport::ConnectOptions greeting;
-  greeting.greeting = peer.SerializeAsString();
-  const absl::Status from_other_shard = attempt(greeting);
+  // Shard 2: not shard 1's primary.
+  const absl::Status from_other_shard = attempt(PeerGreeting(2, 1, 3, token));
   EXPECT_EQ(from_other_shard.code(), absl::StatusCode::kPermissionDenied) << from_other_shard;
   EXPECT_TRUE(absl::StrContains(from_other_shard.message(),
                                 "shard 2 does not serve the partitions placed on shard 0"))
       << from_other_shard;
-  peer.set_peer_shard(0 + 1);  // its primary, without the token
-  peer.clear_auth_token();
-  greeting.greeting = peer.SerializeAsString();
-  const absl::Status without_token = attempt(greeting);
+  // Its primary, without the token.
+  const absl::Status without_token = attempt(PeerGreeting(0, 1, 3, ""));
   EXPECT_EQ(without_token.code(), absl::StatusCode::kUnauthenticated) << without_token;
   // From the partition's server itself, snapshots that do not fit are refused too.
-  peer.set_auth_token(token);
-  greeting.greeting = peer.SerializeAsString();
+  const transport::ConnectOptions greeting = PeerGreeting(0, 1, 3, token);
   change->set_kind(hetps::v1::CHANGE_KIND_SNAPSHOT);
   change->set_version(7);
   change->mutable_decl()->set_name("w");
@@ -429,6 +440,87 @@ TEST_P(ClientReplicationTest, OnlyTheShardThatServesAPartitionMayReplicateToItsB
   EXPECT_EQ(misnamed.code(), absl::StatusCode::kInvalidArgument) << misnamed;
   EXPECT_TRUE(absl::StrContains(misnamed.message(), "does not match tensor name")) << misnamed;
   EXPECT_EQ(cluster_->shard(1).StateDigest(), before);
+}
+
+// A rejoining shard learns each tensor from a declaration that a primary sends ahead of the
+// partitions' snapshots. The copies of the groups it does not serve start as zeros for the
+// snapshots to overwrite (a random initializer costs seconds per GiB); if a change comes first
+// (a tensor declared while the copying goes on replicates from its start, with no snapshot) or
+// a takeover, they take the initializer's values then, as their primaries did.
+TEST_P(ClientReplicationTest, ACopyDeclaredAheadOfItsSnapshotDrawsItsInitialValuesOnlyIfUsedFirst) {
+  StartReplicated(3, 1);
+  c0_ = NewClient(0);
+  std::vector<TensorId> ids;
+  std::vector<TensorState> initial;
+  for (const std::string name : {"stepped", "taken over"}) {
+    SCOPED_TRACE(name);
+    TensorSpec spec = testing::Spec(name, kLarge);
+    spec.init = Initializer::Normal(0, 1, 5);
+    const TensorId key = TensorKeyFromName(spec.name);
+    // Shard 0 declares it to shard 1, which keeps the copies of its partitions; `decl` is what
+    // the worker client declares.
+    hetps::v1::ReplicateRequest replicate;
+    replicate.set_source_shard(0);
+    hetps::v1::ReplicatedChange* change = replicate.add_changes();
+    change->set_kind(hetps::v1::CHANGE_KIND_DECLARE);
+    change->set_tensor_key(key);
+    uint32_t of_shard_0 = 0;
+    while (ShardOfPartition(key, of_shard_0, 3) != 0) ++of_shard_0;
+    change->set_partition(of_shard_0);
+    hetps::v1::TensorDecl* decl = change->mutable_decl();
+    decl->set_name(spec.name);
+    decl->set_key(key);
+    decl->set_num_elements(kLarge);
+    decl->set_dtype(hetps::v1::DTYPE_FP32);
+    decl->set_sync_mode(hetps::v1::SYNC_MODE_BSP);
+    decl->set_partition_elements(cluster_->ClientOptionsFor(0).partition_bytes / sizeof(float));
+    decl->mutable_init()->set_kind(hetps::v1::INIT_KIND_NORMAL);
+    decl->mutable_init()->set_a(0);
+    decl->mutable_init()->set_b(1);
+    decl->mutable_init()->set_seed(5);
+    decl->mutable_optimizer()->set_name("sgd");
+    (*decl->mutable_optimizer()->mutable_params())["lr"] = 0.1;
+    change->add_schedule()->set_from_version(0);
+    const absl::Status declared = SendReplicate(1, replicate, {}, PeerGreeting(0, 1, 3, ""));
+    ASSERT_TRUE(declared.ok()) << declared;
+    // The job declares it on every shard (shard 1 has it already, declared alike), and its
+    // partitions replicate from the start: no snapshot follows.
+    absl::StatusOr<TensorId> id = c0_->Declare(spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<TensorState> served = c0_->ReadState(*id);
+    absl::StatusOr<TensorState> copies = c0_->ReadBackupState(*id);
+    absl::StatusOr<std::vector<TensorPartition>> partitions = c0_->Partitions(*id);
+    ASSERT_TRUE(served.ok()) << served.status();
+    ASSERT_TRUE(copies.ok()) << copies.status();
+    ASSERT_TRUE(partitions.ok()) << partitions.status();
+    int deferred = 0;
+    for (const TensorPartition& partition : *partitions) {
+      const auto begin = static_cast<ptrdiff_t>(partition.begin);
+      const auto end = static_cast<ptrdiff_t>(partition.begin + partition.size);
+      const std::vector<float> primary(served->weights.begin() + begin,
+                                       served->weights.begin() + end);
+      const std::vector<float> copy(copies->weights.begin() + begin, copies->weights.begin() + end);
+      ASSERT_NE(primary, std::vector<float>(partition.size, 0.0f));
+      if (partition.shard == 0) {  // shard 1's copies: not drawn yet
+        EXPECT_EQ(copy, std::vector<float>(partition.size, 0.0f)) << "begin " << partition.begin;
+        ++deferred;
+      } else {
+        EXPECT_EQ(copy, primary) << "begin " << partition.begin;  // bitwise
+      }
+    }
+    EXPECT_GT(deferred, 0);
+    ids.push_back(*id);
+    initial.push_back(*std::move(served));
+  }
+  // A step reaches the copies as a change: they start from the initializer's values first.
+  std::vector<float> g = Gradient(0, 0), w(kLarge);
+  g.resize(kLarge, 0.5f);
+  ASSERT_TRUE(c0_->PushPull(ids[0], g, absl::MakeSpan(w), 0).Wait().ok());
+  ExpectSameState(*c0_, ids[0], "after a step");
+  // Shard 0 goes: shard 1 serves its partitions from the copies, drawn at the takeover.
+  cluster_->shard(0).Shutdown();
+  ASSERT_TRUE(c0_->Pull(ids[1], absl::MakeSpan(w), 0).Wait().ok());
+  EXPECT_EQ(w, initial[1].weights);  // bitwise
 }
 
 TEST_P(ClientReplicationTest, WithoutReplicationThereIsNoBackupToRead) {
