@@ -179,7 +179,7 @@ absl::StatusOr<TensorId> ClientImpl::Declare(const TensorSpec& spec,
     transport::Payload payload;
     for (const Piece& piece : message.pieces) {
       request.add_value_partitions(piece.partition);
-      payload.Append(GradientPayload(piece));
+      payload.Append(GradientPayload(piece, *conversion_buffers_));
     }
     targets.push_back(channels[message.shard]);
     headers.push_back(request.SerializeAsString());

@@ -23,7 +23,7 @@ namespace {
 
 // Describes `piece` in a data request's `item`; a push's gradient goes onto `payload`.
 void AddItem(hetps::v1::Method method, const Piece& piece, hetps::v1::PartitionItem* item,
-             transport::Payload& payload) {
+             transport::Payload& payload, BufferPool& buffers) {
   item->set_tensor_key(piece.tensor_key);
   item->set_partition(piece.partition);
   if (method == hetps::v1::METHOD_PULL) {
@@ -35,7 +35,7 @@ void AddItem(hetps::v1::Method method, const Piece& piece, hetps::v1::PartitionI
     item->set_pull_dtype(WireDType(piece.pull_format));
   }
   item->set_num_bytes(piece.elements * BytesPerElement(piece.push_format));
-  payload.Append(GradientPayload(piece));
+  payload.Append(GradientPayload(piece, buffers));
 }
 
 // The partitions a PartitionSpan selects, and where their elements begin.
@@ -158,7 +158,9 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     // ReusedMessage): building it allocates nothing after the first operations.
     transport::Payload payload;
     auto add_items = [&](google::protobuf::RepeatedPtrField<hetps::v1::PartitionItem>& items) {
-      for (const Piece& piece : message.pieces) AddItem(method, piece, items.Add(), payload);
+      for (const Piece& piece : message.pieces) {
+        AddItem(method, piece, items.Add(), payload, *conversion_buffers_);
+      }
     };
     std::string header;
     if (push) {

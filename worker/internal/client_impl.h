@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/buffer_pool.h"
 #include "common/cycle_clock.h"
 #include "common/http_endpoint.h"
 #include "common/partitioning.h"
@@ -29,6 +30,10 @@
 #include "worker/internal/shard_channel.h"
 
 namespace hetps::internal {
+
+// How much memory a client keeps for converting gradients to a 16-bit wire format: a push of
+// up to twice this many fp32 bytes reuses the last one's buffers.
+inline constexpr size_t kKeptConversionBytes = size_t{1} << 30;
 
 // What this client knows of a tensor it declared.
 struct DeclaredTensor {
@@ -129,6 +134,8 @@ class ClientImpl final : public Client {
   // This run of the worker (see HelloRequest.incarnation); its pushes are numbered from 1.
   const uint64_t incarnation_;
   std::atomic<uint64_t> next_sequence_{1};
+  // Gradients converted to the wire's 16-bit format go into these (the last push's, reused).
+  const std::shared_ptr<BufferPool> conversion_buffers_ = BufferPool::Create(kKeptConversionBytes);
   uint64_t resume_step_ = 0;  // set by Connect
   uint32_t replicas_ = 1;     // copies of each partition the shards keep; set by Connect
 

@@ -156,14 +156,14 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
   return absl::OkStatus();
 }
 
-transport::Payload GradientPayload(const Piece& piece) {
+transport::Payload GradientPayload(const Piece& piece, BufferPool& buffers) {
   const size_t bytes = piece.elements * BytesPerElement(piece.push_format);
   if (piece.gradient_format == piece.push_format) {
     return transport::Payload::Borrow(
         transport::ByteSpan(static_cast<const uint8_t*>(piece.gradient), bytes));
   }
   // Uninitialised: the conversion writes every byte.
-  std::shared_ptr<uint8_t[]> converted(new uint8_t[bytes]);
+  std::shared_ptr<uint8_t[]> converted = buffers.Take(bytes);
   ConvertFloats(piece.gradient, piece.gradient_format, converted.get(), piece.push_format,
                 piece.elements);
   const transport::ByteSpan span(converted.get(), bytes);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/buffer_pool.h"
 #include "common/half.h"
 #include "proto/ps.pb.h"
 #include "transport/transport.h"
@@ -41,8 +42,8 @@ absl::Status ScatterPulled(const std::vector<Piece>& pieces,
                            absl::StatusOr<transport::Response> result);
 
 // A piece's gradient as it goes on the wire: the caller's memory itself, or a converted copy
-// when the tensor travels in another format.
-transport::Payload GradientPayload(const Piece& piece);
+// (in a buffer from `buffers`) when the tensor travels in another format.
+transport::Payload GradientPayload(const Piece& piece, BufferPool& buffers);
 
 }  // namespace hetps::internal
 
