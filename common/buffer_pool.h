@@ -1,7 +1,8 @@
 // BufferPool: byte buffers for work done on every call (the worker's conversions of gradients
 // to a 16-bit wire format), taken back when their last owner lets go and handed out again.
-// Fresh memory costs a page fault per page each time it is used; reused memory none (a 16-bit
-// push of 64 MiB of fp32 gradients took 20% longer with a new buffer per partition).
+// Fresh memory costs a page fault per page each time it is used; reused memory none (from
+// Python, under glibc's allocator, a bf16 push+pull of 16 Mi fp32 elements took 1.5x as long
+// with a new buffer per partition and push: bench/wire_dtype.py).
 //
 //   std::shared_ptr<BufferPool> pool = BufferPool::Create(/*max_kept_bytes=*/1 << 30);
 //   std::shared_ptr<uint8_t[]> buffer = pool->Take(bytes);  // uninitialised
