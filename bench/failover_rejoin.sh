@@ -91,8 +91,8 @@ servers="127.0.0.1:${ports[0]},127.0.0.1:${ports[1]},127.0.0.1:${ports[2]}"
 
 acks="$run_dir/acks"
 "$driver" --servers "$servers" --transport "$transport" --shard_bytes "$(bytes "$shard_bytes")" \
-  --partition_bytes "$(bytes "$partition_bytes")" --init "$init" --ack_log "$acks" --stop_file "$run_dir/stop" \
-  >"$run_dir/driver.log" 2>&1 &
+  --partition_bytes "$(bytes "$partition_bytes")" --init "$init" --ack_log "$acks" \
+  --stop_file "$run_dir/stop" >"$run_dir/driver.log" 2>&1 &
 driver_pid=$!
 await "[ -s $acks ] && [ \$(wc -l <$acks) -ge 50 ]" 300
 

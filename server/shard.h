@@ -82,15 +82,12 @@ struct ShardOptions {
   bool time_requests = false;
 };
 
-// Which of a new tensor's partitions on a shard are to get their values copied over them (a
-// restore from a checkpoint: all; a rejoining backup: the groups it does not serve, from their
-// snapshots) rather than from the declaration's initializer. Those start as zeros, and the
+// Which of a new tensor's partitions on a shard are to get their values copied over them
+// rather than from the declaration's initializer: none; the backup copies (a rejoining shard's,
+// from their snapshots); or all (a restore from a checkpoint). Those start as zeros, and the
 // initializer's work (seconds per GiB for a random rule) is done only if something else comes
 // first (Partition::Config::deferred_init).
-struct CopiedValues {
-  bool own_group = false;       // the partitions placed on the shard
-  bool previous_group = false;  // replicated: its copies of the previous shard's
-};
+enum class CopiedValues { kNone, kBackups, kAll };
 
 class Shard final : public transport::RequestHandler {
  public:
@@ -320,8 +317,8 @@ class Shard final : public transport::RequestHandler {
       const transport::Payload* gradients, bool backups = false) const;
   // Builds and publishes a tensor not declared yet; the bool: whether it was this one (another
   // worker's declaration may have come first).
-  absl::StatusOr<std::pair<TensorRef, bool>> CreateTensor(const hetps::v1::TensorDecl& decl,
-                                                          CopiedValues copied = CopiedValues());
+  absl::StatusOr<std::pair<TensorRef, bool>> CreateTensor(
+      const hetps::v1::TensorDecl& decl, CopiedValues copied = CopiedValues::kNone);
   absl::StatusOr<std::unique_ptr<Tensor>> BuildTensor(const hetps::v1::TensorDecl& decl,
                                                       const PartitionLayout& layout,
                                                       std::shared_ptr<Optimizer> optimizer,

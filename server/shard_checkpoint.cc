@@ -63,8 +63,7 @@ absl::Status Shard::Restore(const CheckpointPartData& part) {
     };
     // Its own partitions take the part's values, the copies of the previous shard's its
     // snapshots (they start unreplicated after a restore too).
-    absl::StatusOr<std::pair<TensorRef, bool>> created =
-        CreateTensor(decl, {.own_group = true, .previous_group = true});
+    absl::StatusOr<std::pair<TensorRef, bool>> created = CreateTensor(decl, CopiedValues::kAll);
     if (!created.ok()) return refuse(std::string(created.status().message()));
     const Tensor& tensor = *created->first;
     // The hyperparameter schedule first: a partition takes changes only up to its version.

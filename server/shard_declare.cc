@@ -236,12 +236,15 @@ absl::StatusOr<std::unique_ptr<Tensor>> Shard::BuildTensor(const hetps::v1::Tens
   // This shard's own partitions, and with replication the copies of the previous shard's:
   // each a backup unless this shard serves that group now.
   const uint32_t me = options_.shard_index;
-  HETPS_RETURN_IF_ERROR(
-      BuildPartitions(*tensor, me, /*backup=*/group_server_[me].load() != me, copied.own_group));
+  auto build = [&](uint32_t group) {
+    const bool backup = group_server_[group].load() != me;
+    return BuildPartitions(
+        *tensor, group, backup,
+        copied == CopiedValues::kAll || (copied == CopiedValues::kBackups && backup));
+  };
+  HETPS_RETURN_IF_ERROR(build(me));
   if (replication_on_) {
-    const uint32_t previous = (me + options_.num_shards - 1) % options_.num_shards;
-    HETPS_RETURN_IF_ERROR(BuildPartitions(
-        *tensor, previous, /*backup=*/group_server_[previous].load() != me, copied.previous_group));
+    HETPS_RETURN_IF_ERROR(build((me + options_.num_shards - 1) % options_.num_shards));
   }
   return tensor;
 }

@@ -125,11 +125,7 @@ absl::Status Shard::DeclareFromSnapshot(const hetps::v1::ReplicatedChange& snaps
   // The copies of the groups this shard does not serve wait for their snapshots (a rejoining
   // shard serves none): their initial values are drawn only if a change or a takeover comes
   // first (a tensor declared while the copying goes on replicates from its start).
-  const uint32_t me = options_.shard_index;
-  const uint32_t previous = (me + options_.num_shards - 1) % options_.num_shards;
-  const CopiedValues copied = {.own_group = group_server_[me].load() != me,
-                               .previous_group = group_server_[previous].load() != me};
-  HETPS_ASSIGN_OR_RETURN(auto created, CreateTensor(decl, copied));
+  HETPS_ASSIGN_OR_RETURN(auto created, CreateTensor(decl, CopiedValues::kBackups));
   const Tensor& tensor = *created.first;
   absl::MutexLock lock(&tensor.schedule_mu);
   for (const hetps::v1::ScheduleEntry& entry : snapshot.schedule()) {
