@@ -83,6 +83,12 @@ def worker(args):
     if args.mode != "allreduce":
         client.barrier()
         client.shutdown()
+    else:
+        # Ended here, not at the interpreter's exit, where gloo's threads may still run and
+        # abort the process ("terminate called without an active exception": seen once in a
+        # suite run).
+        dist.barrier()
+        dist.destroy_process_group()
     print(json.dumps({"rank": rank, "times": times, "layers": layers}), flush=True)
 
 
