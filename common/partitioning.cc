@@ -16,13 +16,6 @@ uint64_t TensorKeyFromName(absl::string_view name) {
   return hash;
 }
 
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 absl::StatusOr<PartitionLayout> PartitionLayout::Create(uint64_t num_elements,
                                                         uint64_t max_partition_elements) {
   if (num_elements == 0) return absl::InvalidArgumentError("a tensor needs at least one element");

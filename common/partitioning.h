@@ -26,8 +26,14 @@ inline constexpr uint64_t kPartitionAlignElements = 16;
 
 uint64_t TensorKeyFromName(absl::string_view name);
 
-// A well-mixed 64-bit hash of `x` (the splitmix64 finalizer).
-uint64_t Mix64(uint64_t x);
+// A well-mixed 64-bit hash of `x` (the splitmix64 finalizer). Inline: the initializer's
+// vectorised loops (server/initializer.cc) call it per element.
+inline uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 struct PartitionRange {
   uint64_t begin = 0;  // first element

@@ -5,35 +5,40 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "common/simd.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "server/random_draws.h"
 
 namespace hetps::server {
 namespace {
 
-// A uniform double in [0, 1) from (seed, counter).
-double UniformAt(uint64_t seed, uint64_t counter) {
-  return static_cast<double>(Mix64(seed ^ Mix64(counter)) >> 11) * 0x1.0p-53;
-}
+struct FillUniform {
+  HETPS_KERNEL static void Run(uint64_t seed, uint64_t begin, double low, double width, float* w,
+                               size_t first, size_t end) {
+    for (size_t i = first; i < end; ++i) {
+      w[i] = static_cast<float>(low + width * UniformAt(seed, begin + i));
+    }
+  }
+};
+
+struct FillNormal {
+  HETPS_KERNEL static void Run(uint64_t seed, uint64_t begin, double mean, double stddev, float* w,
+                               size_t first, size_t end) {
+    for (size_t i = first; i < end; ++i) {
+      w[i] = static_cast<float>(mean + stddev * StandardNormalAt(seed, begin + i));
+    }
+  }
+};
 
 // Elements [first, end) of the partition that starts at global element `begin`, into `w`.
 void Fill(const hetps::v1::Initializer& init, uint64_t begin, float* w, size_t first, size_t end) {
   switch (init.kind()) {
     case hetps::v1::INIT_KIND_UNIFORM:
-      for (size_t i = first; i < end; ++i) {
-        const double u = UniformAt(init.seed(), begin + i);
-        w[i] = static_cast<float>(init.a() + (init.b() - init.a()) * u);
-      }
+      RunKernel<FillUniform>(init.seed(), begin, init.a(), init.b() - init.a(), w, first, end);
       break;
     case hetps::v1::INIT_KIND_NORMAL:
-      for (size_t i = first; i < end; ++i) {
-        // Box-Muller from two uniforms of this element; 1 - u keeps the log finite.
-        const uint64_t global = begin + i;
-        const double u1 = 1.0 - UniformAt(init.seed(), 2 * global);
-        const double u2 = UniformAt(init.seed(), 2 * global + 1);
-        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-        w[i] = static_cast<float>(init.a() + init.b() * z);
-      }
+      RunKernel<FillNormal>(init.seed(), begin, init.a(), init.b(), w, first, end);
       break;
     default:  // constant; unspecified and values (set later) start as zeros
       std::fill(w + first, w + end, static_cast<float>(init.a()));

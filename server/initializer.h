@@ -19,9 +19,8 @@ namespace hetps::server {
 absl::Status ValidateInitializer(const hetps::v1::Initializer& init);
 
 // The weights of partition `range` (zeros for INIT_KIND_VALUES, whose values arrive later).
-// `pool` (may be null) spreads a large partition over its threads: a normal draw costs about
-// 30 ns an element, 8 s for a GiB of weights on one thread. ResourceExhausted when memory runs
-// out.
+// `pool` (may be null) spreads a large partition over its threads (a normal draw costs about
+// 1 ns an element, vectorised: server/random_draws.h). ResourceExhausted when memory runs out.
 // REQUIRES: ValidateInitializer(init).ok().
 absl::StatusOr<AlignedBuffer> InitialWeights(const hetps::v1::Initializer& init,
                                              PartitionRange range, ThreadPool* pool = nullptr);

@@ -85,8 +85,8 @@ struct ShardOptions {
 // Which of a new tensor's partitions on a shard are to get their values copied over them
 // rather than from the declaration's initializer: none; the backup copies (a rejoining shard's,
 // from their snapshots); or all (a restore from a checkpoint). Those start as zeros, and the
-// initializer's work (seconds per GiB for a random rule) is done only if something else comes
-// first (Partition::Config::deferred_init).
+// initializer's work (a pass over the memory; a random rule's draws too) is done only if
+// something else comes first (Partition::Config::deferred_init).
 enum class CopiedValues { kNone, kBackups, kAll };
 
 class Shard final : public transport::RequestHandler {

@@ -104,7 +104,9 @@ enum class SyncMode {
 
 // How the server fills a tensor's weights when it is declared without initial values. Random
 // rules give the same values whatever the partitioning (each element is drawn from the seed and
-// its index).
+// its index; formulas in server/random_draws.h), on every CPU the shards run on: run one hetps
+// build across a job's shards, since another build may draw other values (a backup would then
+// start apart from its primary).
 struct Initializer {
   enum class Kind { kConstant, kUniform, kNormal };
   Kind kind = Kind::kConstant;
