@@ -25,6 +25,11 @@
 #   PIN=0 ROUNDS=8 TRANSPORTS=shm bench/ucx_vs_raw.sh build   # hetps unpinned: where the
 #                                   # scheduler places each thread, as a co-located job runs
 #   PLOT=ucx_vs_raw.svg bench/ucx_vs_raw.sh build   # also draws the medians (ps-plot)
+#   TCP_CC=reno TRANSPORTS=tcp bench/ucx_vs_raw.sh build   # every process in a network
+#                                   # namespace of the run's own whose TCP uses this congestion
+#                                   # control (root; the host's is printed at the end): loopback
+#                                   # under bbr caps a message's first flight near 1 MiB
+#                                   # (bench/PERFORMANCE.md)
 #
 # Needs ucx_perftest (Debian package ucx-utils) and a build with UCX.
 set -euo pipefail
@@ -47,6 +52,7 @@ PS_BENCH="$BUILD/bench/ps-bench"
 PINGPONG="$BUILD/bench/ucx-pingpong"
 PS_PLOT="$BUILD/bench/ps-plot"
 PLOT="${PLOT:-}"
+TCP_CC="${TCP_CC:-}"
 
 tools=("$PS_SERVER" "$PS_BENCH" "$PINGPONG")
 [[ -n "$PLOT" ]] && tools+=("$PS_PLOT")
@@ -57,11 +63,26 @@ command -v ucx_perftest >/dev/null || { echo "ucx_vs_raw: ucx_perftest is missin
 
 WORK="$(mktemp -d)"
 SERVER_PID=""
+NETNS=""
 cleanup() {
   [[ -n "$SERVER_PID" ]] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  [[ -n "$NETNS" ]] && ip netns del "$NETNS"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+# IN_NETNS: what runs a command in the run's own network namespace (none without TCP_CC).
+IN_NETNS=()
+CC_USED="$(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown)"
+if [[ -n "$TCP_CC" ]]; then
+  NETNS="hetps-ucx-vs-raw-$$"
+  ip netns add "$NETNS" || { NETNS=""; echo "ucx_vs_raw: TCP_CC needs root (ip netns)" >&2; exit 2; }
+  ip netns exec "$NETNS" ip link set lo up
+  ip netns exec "$NETNS" sysctl -q -w net.ipv4.tcp_congestion_control="$TCP_CC" ||
+    { echo "ucx_vs_raw: $TCP_CC is not allowed in a namespace (net.ipv4.tcp_allowed_congestion_control)" >&2; exit 2; }
+  IN_NETNS=(ip netns exec "$NETNS")
+  CC_USED="$TCP_CC (the run's network namespace)"
+fi
 export HETPS_LOG_LEVEL=warning
 
 source "$(dirname "$0")/sweep_helpers.sh"
@@ -75,7 +96,7 @@ pingpong() {
   local iters=$((LAT_TIME_US * 2000 / (size + 2000)))
   ((iters > LAT_ITERS_MAX)) && iters=$LAT_ITERS_MAX
   ((iters < 10)) && iters=10
-  env $env timeout 300 "$PINGPONG" --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" \
+  "${IN_NETNS[@]}" env $env timeout 300 "$PINGPONG" --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" \
     --size="$size" --iterations="$iters" --warmup=$((iters / 10 + 1)) |
     awk -v size="$size" '$1 == "untouched" { u = $3 } $1 == "delivered" { d = $3 }
                          END { print size, u, d }' >>"$WORK/raw"
@@ -85,12 +106,12 @@ pingpong() {
 am_bw() {
   local env="$1" size="$2"
   local port=$((20000 + RANDOM % 20000))
-  env $env timeout 120 taskset -c "$SERVER_CPU" ucx_perftest -p "$port" >"$WORK/perftest_server.log" 2>&1 &
+  "${IN_NETNS[@]}" env $env timeout 120 taskset -c "$SERVER_CPU" ucx_perftest -p "$port" >"$WORK/perftest_server.log" 2>&1 &
   SERVER_PID=$!
   sleep 0.5
   # The -f line: iterations, latency p50 / average / overall (us), bandwidth average / overall
   # (MiB/s), message rate average / overall.
-  env $env timeout 120 taskset -c "$CLIENT_CPU" ucx_perftest 127.0.0.1 -p "$port" -t ucp_am_bw \
+  "${IN_NETNS[@]}" env $env timeout 120 taskset -c "$CLIENT_CPU" ucx_perftest 127.0.0.1 -p "$port" -t ucp_am_bw \
     -s "$size" -n "$BW_ITERS" -w $((BW_ITERS / 10 + 1)) -E poll -f 2>"$WORK/perftest_client.log" |
     tail -1 | awk -v size="$size" '{ print size, $6 * 1048576 / 1e9 }' >>"$WORK/raw_bw"
   wait "$SERVER_PID" 2>/dev/null || true
@@ -104,11 +125,11 @@ hetps() {
   rm -f "$WORK/port"
   local server_pin=(taskset -c "$SERVER_CPU") client_pin=(taskset -c "$CLIENT_CPU")
   [[ "$PIN" == 0 ]] && server_pin=() && client_pin=()
-  env $env "${server_pin[@]}" "$PS_SERVER" --transport=ucx --port_file="$WORK/port" \
+  "${IN_NETNS[@]}" env $env "${server_pin[@]}" "$PS_SERVER" --transport=ucx --port_file="$WORK/port" \
     --ucx_busy_poll="$busy" --lifetime_s=600 >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 100); do [[ -s "$WORK/port" ]] && break; sleep 0.05; done
-  env $env "${client_pin[@]}" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
+  "${IN_NETNS[@]}" env $env "${client_pin[@]}" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
     --transport=ucx --ucx_busy_poll="$busy" --op=pushpull -b "$SIZE_B" -e "$SIZE_E" -f 4 \
     --duration_s="$DURATION_S" --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
     { cat "$WORK/bench.log" >&2; exit 1; }
@@ -167,6 +188,7 @@ echo "x del: hetps push+pull p50 / raw round trip with the payload delivered (ta
 echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every process; raw's shows"
 echo "        the machine's noise)"
 echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
+echo "TCP congestion control: $CC_USED"
 draw_plot "$BUILD" "$WORK/plot.tsv"
 if [[ "$PIN" == 0 ]]; then
   echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"

@@ -17,6 +17,8 @@
 #
 # Needs root and iproute2 (ip, tc); exits 77 without them. Link delay (tc netem) is added with
 # DELAY_MS where the kernel has netem; without it the links are rate-limited only (tbf).
+# TCP_CC=reno (or another the kernel allows in a namespace) sets the namespaces' TCP congestion
+# control; they inherit the host's otherwise (printed).
 # UCX runs over TCP (shared memory would pass between namespaces).
 set -euo pipefail
 
@@ -31,6 +33,7 @@ transport=${TRANSPORT:-grpc}
 delay_ms=${DELAY_MS:-0}
 steps=${STEPS:-20}
 partition_bytes=${PARTITION_BYTES:-1048576}
+tcp_cc=${TCP_CC:-}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "skipped: needs root and iproute2 (ip, tc)"
   exit 77
@@ -100,6 +103,7 @@ add_node() {
   ip link set "$node_end" netns "$ns"
   ip link set "$host_end" master "$bridge" up
   ip -n "$ns" link set lo up
+  [ -n "$tcp_cc" ] && ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$tcp_cc"
   ip -n "$ns" addr add "$subnet.$host_number/24" dev "$node_end"
   ip -n "$ns" link set "$node_end" up
   shape "$ns" "$node_end" "$rate"  # what the node sends
@@ -118,7 +122,8 @@ for ((i = 0; i < workers; ++i)); do
   worker_addresses+=("$node_address")
 done
 echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $netem_note," \
-  "$transport"
+  "$transport, TCP congestion control" \
+  "$(ip netns exec "${namespaces[0]}" sysctl -n net.ipv4.tcp_congestion_control)"
 
 # Starts the shards (fresh: every run starts its job over) in their namespaces, or on
 # 127.0.0.1 with `local`; sets `servers`.
