@@ -21,6 +21,10 @@
 
 namespace hetps::server {
 
+// The version of the formulas below, which peer shards compare (HelloRequest.initializer_draws):
+// a change to any value they give needs a new one.
+inline constexpr uint32_t kInitializerDraws = 2;
+
 // The 53 random bits behind uniform u(counter).
 inline uint64_t UniformBits(uint64_t seed, uint64_t counter) {
   return Mix64(seed ^ Mix64(counter)) >> 11;

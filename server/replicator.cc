@@ -11,6 +11,7 @@
 #include "common/cycle_clock.h"
 #include "common/log.h"
 #include "proto/ps.pb.h"
+#include "server/random_draws.h"
 
 namespace hetps::server {
 namespace {
@@ -119,6 +120,7 @@ absl::StatusOr<transport::Connection*> Replicator::Connection() {
   hello.set_shard_index(options_.backup_index);
   hello.set_num_shards(options_.num_shards);
   hello.set_peer_shard(options_.shard_index + 1);
+  hello.set_initializer_draws(kInitializerDraws);
   hello.set_auth_token(options_.auth_token);
   transport::ConnectOptions connect;
   connect.greeting = hello.SerializeAsString();

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
 #include "proto/reused_message.h"
+#include "server/random_draws.h"
 #include "server/request_util.h"
 #include "server/shard.h"
 
@@ -27,6 +28,13 @@ absl::Status Shard::CheckPeerHello(const hetps::v1::HelloRequest& hello) const {
         "of shard %d of %d of job '%s'",
         options_.shard_index, peer, hello.num_shards(), hello.job_id(), hello.protocol_version(),
         options_.shard_index, options_.num_shards, options_.job_id));
+  }
+  if (hello.initializer_draws() != kInitializerDraws) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shard %d draws random initial values with formulas of version %d, shard %d, which sends "
+        "it changes, with version %d: their copies would start apart; run one hetps build "
+        "across a job's shards",
+        options_.shard_index, kInitializerDraws, peer, hello.initializer_draws()));
   }
   if (options_.replicas < 2 || options_.num_shards < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -104,9 +104,9 @@ enum class SyncMode {
 
 // How the server fills a tensor's weights when it is declared without initial values. Random
 // rules give the same values whatever the partitioning (each element is drawn from the seed and
-// its index; formulas in server/random_draws.h), on every CPU the shards run on: run one hetps
-// build across a job's shards, since another build may draw other values (a backup would then
-// start apart from its primary).
+// its index; formulas in server/random_draws.h), on every CPU the shards run on. Run one hetps
+// build across a job's shards: another build may draw other values, and a backup refuses to
+// take changes from a primary whose formulas differ (their copies would start apart).
 struct Initializer {
   enum class Kind { kConstant, kUniform, kNormal };
   Kind kind = Kind::kConstant;

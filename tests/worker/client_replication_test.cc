@@ -19,6 +19,7 @@
 #include "common/partitioning.h"
 #include "common/version.h"
 #include "gtest/gtest.h"
+#include "server/random_draws.h"
 #include "tests/testing/call.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/http_get.h"
@@ -124,6 +125,7 @@ class ClientReplicationTest : public testing::ClientClusterTest {
     peer.set_shard_index(to);
     peer.set_num_shards(num_shards);
     peer.set_peer_shard(from + 1);
+    peer.set_initializer_draws(server::kInitializerDraws);
     if (!token.empty()) peer.set_auth_token(token);
     transport::ConnectOptions greeting;
     greeting.greeting = peer.SerializeAsString();
@@ -415,6 +417,16 @@ TEST_P(ClientReplicationTest, OnlyTheShardThatServesAPartitionMayReplicateToItsB
   EXPECT_TRUE(absl::StrContains(from_other_shard.message(),
                                 "shard 2 does not serve the partitions placed on shard 0"))
       << from_other_shard;
+  // Its primary, but drawing initial values with other formulas (another hetps build).
+  transport::ConnectOptions other_draws = PeerGreeting(0, 1, 3, token);
+  hetps::v1::HelloRequest hello;
+  ASSERT_TRUE(hello.ParseFromString(other_draws.greeting));
+  hello.set_initializer_draws(server::kInitializerDraws + 1);
+  other_draws.greeting = hello.SerializeAsString();
+  const absl::Status other_build = attempt(other_draws);
+  EXPECT_EQ(other_build.code(), absl::StatusCode::kFailedPrecondition) << other_build;
+  EXPECT_TRUE(absl::StrContains(other_build.message(), "run one hetps build across a job's shards"))
+      << other_build;
   // Its primary, without the token.
   const absl::Status without_token = attempt(PeerGreeting(0, 1, 3, ""));
   EXPECT_EQ(without_token.code(), absl::StatusCode::kUnauthenticated) << without_token;
