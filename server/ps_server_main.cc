@@ -37,6 +37,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
 ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file)");
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once the server accepts workers");
+ABSL_FLAG(int, grpc_bulk_port, 0,
+          "gRPC: port of the second connection that calls moving 1 MiB or more take (workers "
+          "learn it when they connect); 0 picks a free one; -1: none, every call on --port");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of an HTTP endpoint with /metrics (Prometheus), /healthz and /readyz; 0 picks a "
           "free one (logged); -1: none");
@@ -179,6 +182,7 @@ int main(int argc, char** argv) {
   google::protobuf::SetLogHandler(&RateLimitedProtobufLog);
   using hetps::RequireFlagInRange;
   RequireFlagInRange("port", int64_t{absl::GetFlag(FLAGS_port)}, 0, 65535);
+  RequireFlagInRange("grpc_bulk_port", int64_t{absl::GetFlag(FLAGS_grpc_bulk_port)}, -1, 65535);
   RequireFlagInRange("metrics_port", int64_t{absl::GetFlag(FLAGS_metrics_port)}, -1, 65535);
   RequireFlagInRange("num_shards", uint64_t{absl::GetFlag(FLAGS_num_shards)}, 1, 1 << 16);
   RequireFlagInRange("shard_index", uint64_t{absl::GetFlag(FLAGS_shard_index)}, 0,
@@ -229,6 +233,7 @@ int main(int argc, char** argv) {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  options.grpc_bulk_port = absl::GetFlag(FLAGS_grpc_bulk_port);
   if (const std::string range = absl::GetFlag(FLAGS_ucx_port_range); !range.empty()) {
     // UCX reads its TCP transport's settings from the environment when it opens an interface,
     // for every UCX worker of the process (the shard's, and those that replicate to others).

@@ -84,6 +84,8 @@ struct ServerOptions {
   // otherwise) and busy polling instead of sleeping when idle.
   std::string ucx_net_devices = "auto";
   bool ucx_busy_poll = false;
+  // gRPC: the port of the connection for large calls (transport::TransportOptions).
+  int grpc_bulk_port = 0;
   // Largest message accepted or sent; clients learn it when they connect.
   size_t max_message_bytes = 64 << 20;
   // Connections (see transport::TransportOptions): one with nothing in progress for

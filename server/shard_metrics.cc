@@ -137,9 +137,12 @@ std::string Shard::RenderMetrics() const {
     out.Family("hetps_shard_connected_workers", "gauge",
                "Workers (distinct ranks) with a connection open to this shard.");
     out.Sample("hetps_shard_connected_workers", {}, static_cast<double>(ranks.size()));
+    // A peer may hold two connections (gRPC's bulk one, TransportOptions::grpc_bulk_port).
+    absl::flat_hash_set<uint32_t> peers;
+    for (const auto& [connection, peer] : peer_connections_) peers.insert(peer);
     out.Family("hetps_shard_peer_connections", "gauge",
-               "Connections open from other shards (replication).");
-    out.Sample("hetps_shard_peer_connections", {}, static_cast<double>(peer_connections_.size()));
+               "Other shards (distinct) with a connection open to this one (replication).");
+    out.Sample("hetps_shard_peer_connections", {}, static_cast<double>(peers.size()));
   }
 
   out.Family("hetps_shard_tensors", "gauge", "Tensors declared.");

@@ -47,6 +47,10 @@ struct Request {
   // response's payload then refers to them; others ignore it. The memory must stay valid until
   // the call completes.
   ResponseSink response_sink;
+  // Client side, optional: about how many payload bytes the response will carry, where no sink
+  // says it (0: unknown or small). gRPC sends calls that move much in either direction on a
+  // connection of their own (TransportOptions::grpc_bulk_port).
+  size_t expected_response_bytes = 0;
 };
 
 struct Response {
@@ -166,6 +170,14 @@ struct TransportOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_ca_file;
+
+  // gRPC, server side: calls that move at least 1 MiB either way travel on a second connection,
+  // to this port (0: any free one; -1: none, large calls share the first connection). It runs
+  // without gRPC's bandwidth-delay probe, whose window sizing stalls multi-MiB transfers on
+  // fast links, while the first keeps it, whose pings cut small calls' latency (measured in
+  // bench/PERFORMANCE.md). The server tells each client the port when it connects; a client
+  // that cannot reach it keeps every call on the first connection.
+  int grpc_bulk_port = 0;
 };
 
 class Transport {

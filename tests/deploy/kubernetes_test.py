@@ -122,6 +122,7 @@ def run_shard_pod(build_dir, work, statefulset, config, label):
     metrics = free_port()
     words = replace_flag(words, "--host", "127.0.0.1")
     words = replace_flag(words, "--port", str(free_port()))
+    words = replace_flag(words, "--grpc_bulk_port", str(free_port()))
     words = replace_flag(words, "--metrics_port", str(metrics))
     words = replace_flag(words, "--auth_token_file", token)
     etcd = None
@@ -201,9 +202,12 @@ def check_kustomization(source_dir, build_dir, work, label):
     check(flag(words, "--port") == str(ps_port), f"{label}: --port is not the ps containerPort")
     check(flag(words, "--metrics_port") == str(port_of(shard, "metrics")),
           f"{label}: --metrics_port is not the metrics containerPort")
+    check(flag(words, "--grpc_bulk_port") == str(port_of(shard, "ps-bulk")),
+          f"{label}: --grpc_bulk_port is not the ps-bulk containerPort")
     check(flag(words, "--shard_index") == "0", f"{label}: pod 0 is not shard 0")
     service_ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    check(service_ports == {"ps": ps_port, "metrics": port_of(shard, "metrics")},
+    check(service_ports == {"ps": ps_port, "ps-bulk": port_of(shard, "ps-bulk"),
+                            "metrics": port_of(shard, "metrics")},
           f"{label}: the Service's ports are not the shard's")
     annotations = pod["metadata"].get("annotations", {})
     check(annotations.get("prometheus.io/port") == str(port_of(shard, "metrics")),
@@ -244,7 +248,7 @@ def main():
             check_kustomization(source_dir, build_dir, work, kustomization)
     dockerfile = open(os.path.join(source_dir, "deploy", "docker", "Dockerfile")).read()
     check("deploy/install_deps.sh" in dockerfile, "the Dockerfile does not use install_deps.sh")
-    for port in ("7000", "9400", "9401"):
+    for port in ("7000", "7001", "9400", "9401"):
         check(re.search(rf"EXPOSE .*\b{port}\b", dockerfile), f"the Dockerfile hides port {port}")
     for problem in problems:
         print("kubernetes:", problem)

@@ -30,6 +30,7 @@ source "$source_dir/deploy/systemd/shard.env"
 set +a
 HETPS_HOST=127.0.0.1
 HETPS_PORT=0
+HETPS_BULK_PORT=0
 # The env file's metrics port, made any free one here (tests may run side by side).
 HETPS_EXTRA_FLAGS=${HETPS_EXTRA_FLAGS/--metrics_port 9400/--metrics_port 0}
 CREDENTIALS_DIRECTORY="$work/credentials"

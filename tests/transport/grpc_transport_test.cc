@@ -1,5 +1,6 @@
-// What the gRPC transport does with frames that do not follow the protocol: a server refuses
-// them with a specific error and keeps serving everyone else.
+// What the gRPC transport does with frames that do not follow the protocol (a server refuses
+// them with a specific error and keeps serving everyone else), and which connection large calls
+// take.
 #include "transport/grpc/grpc_transport.h"
 
 #include <grpcpp/create_channel.h>
@@ -9,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -160,6 +163,106 @@ TEST_F(GrpcFrameTest, UnknownGrpcMethodIsUnimplemented) {
   RawResult result =
       SendRaw(listener_->address(), "/hetps.v1.Transport/Nope", grpc::ByteBuffer(&empty, 1));
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+}
+
+// Answers with the id of the connection the request came on, and its payload.
+class ConnectionEchoHandler : public RequestHandler {
+ public:
+  void HandleRequest(Request request, ReplyCallback reply) override {
+    Response response;
+    response.header = absl::StrCat(request.connection);
+    response.payload = request.payload;
+    reply(std::move(response));
+  }
+};
+
+class GrpcBulkTest : public ::testing::Test {
+ protected:
+  // Starts a server with `bulk_port` (TransportOptions::grpc_bulk_port) and connects to it.
+  void Start(int bulk_port) {
+    TransportOptions server_options;
+    server_options.grpc_bulk_port = bulk_port;
+    server_transport_ = NewGrpcTransport(server_options);
+    auto listener = server_transport_->Listen("127.0.0.1:0", &handler_);
+    ASSERT_TRUE(listener.ok()) << listener.status();
+    listener_ = *std::move(listener);
+    client_transport_ = NewGrpcTransport({});
+    auto connection =
+        client_transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    connection_ = *std::move(connection);
+  }
+
+  // The server-side connection id that the call came on.
+  std::string ConnectionOf(size_t request_bytes, size_t expected_response_bytes = 0) {
+    std::vector<uint8_t> bytes(request_bytes, 7);
+    Request request = Echo("", Payload::Borrow(bytes));
+    request.expected_response_bytes = expected_response_bytes;
+    absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
+    EXPECT_TRUE(response.ok()) << response.status();
+    if (!response.ok()) return "";
+    EXPECT_EQ(response->payload.size(), request_bytes);
+    return response->header;
+  }
+
+  // Large calls until one takes a connection other than `first` (the bulk one connects in
+  // the background), within 10 s; its id, or empty.
+  std::string BulkConnection(const std::string& first, size_t request_bytes,
+                             size_t expected_response_bytes) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      std::string connection = ConnectionOf(request_bytes, expected_response_bytes);
+      if (connection.empty()) return "";
+      if (connection != first) return connection;
+    }
+    return "";
+  }
+
+  ConnectionEchoHandler handler_;
+  std::shared_ptr<Transport> server_transport_;
+  std::shared_ptr<Transport> client_transport_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Connection> connection_;
+};
+
+TEST_F(GrpcBulkTest, LargeCallsEitherWayTakeTheBulkConnectionAndSmallOnesStay) {
+  Start(/*bulk_port=*/0);
+  const std::string first = ConnectionOf(100);
+  ASSERT_FALSE(first.empty());
+  const std::string bulk = BulkConnection(first, grpc_internal::kBulkCallBytes, 0);
+  ASSERT_FALSE(bulk.empty()) << "no 1 MiB request left the first connection within 10 s";
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes), bulk);
+    // A small request whose response is to be large.
+    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkCallBytes), bulk);
+    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes - 1), first);
+    EXPECT_EQ(ConnectionOf(100), first);
+  }
+}
+
+TEST_F(GrpcBulkTest, WithoutABulkPortEveryCallSharesOneConnection) {
+  Start(/*bulk_port=*/-1);
+  const std::string first = ConnectionOf(100);
+  ASSERT_FALSE(first.empty());
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes), first);
+    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkCallBytes), first);
+  }
+}
+
+TEST_F(GrpcBulkTest, ABusyBulkPortFailsTheListenerAndSaysWhichPort) {
+  Start(/*bulk_port=*/-1);
+  const std::string taken = listener_->address();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(taken.substr(taken.rfind(':') + 1), &port)) << taken;
+  TransportOptions options;
+  options.grpc_bulk_port = port;
+  std::shared_ptr<Transport> transport = NewGrpcTransport(options);
+  auto listener = transport->Listen("127.0.0.1:0", &handler_);
+  ASSERT_FALSE(listener.ok());
+  EXPECT_EQ(listener.status().code(), absl::StatusCode::kUnavailable) << listener.status();
+  EXPECT_NE(listener.status().message().find("grpc_bulk_port"), absl::string_view::npos)
+      << listener.status();
 }
 
 TEST(FrameCodecTest, RoundTripsHeaderAndPayloadWithoutCopyingIt) {

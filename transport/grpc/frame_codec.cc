@@ -159,4 +159,8 @@ std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptio
   return args;
 }
 
+std::pair<const char*, int> BandwidthProbeArgument(bool bulk) {
+  return {GRPC_ARG_HTTP2_BDP_PROBE, bulk ? 0 : 1};
+}
+
 }  // namespace hetps::transport::grpc_internal

@@ -28,10 +28,17 @@ struct Frame {
 inline constexpr char kStreamMethod[] = "/hetps.v1.Transport/Stream";
 // The stream's metadata entry that carries the client's greeting (ConnectOptions::greeting).
 inline constexpr char kGreetingMetadata[] = "hetps-greeting-bin";
+// The server's initial metadata entry that names its bulk port (TransportOptions::grpc_bulk_port).
+inline constexpr char kBulkPortMetadata[] = "hetps-bulk-port";
+// Calls that move at least this many bytes one way take the bulk connection.
+inline constexpr size_t kBulkCallBytes = 1 << 20;
 
 // gRPC channel arguments for TransportOptions' keepalive and idle settings, on either end.
 std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptions& options,
                                                             bool server);
+
+// gRPC's bandwidth-delay probe: on for the first connection, off for the bulk one.
+std::pair<const char*, int> BandwidthProbeArgument(bool bulk);
 
 // Sets header.payload_bytes and lays the frame out.
 grpc::ByteBuffer EncodeFrame(hetps::v1::FrameHeader header, const Payload& payload);

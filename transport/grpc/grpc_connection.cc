@@ -3,12 +3,14 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/support/client_callback.h>
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/await.h"
@@ -42,8 +44,10 @@ class Reacting {
 // is usable; the hold is removed once the read side has ended and no write is in flight.
 class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  ClientStream(std::string peer, std::shared_ptr<internal::CallTracker> tracker)
-      : peer_(std::move(peer)), tracker_(std::move(tracker)) {}
+  // `bulk_port`: where the server's bulk port goes when it names one (null: not looked for).
+  ClientStream(std::string peer, std::shared_ptr<internal::CallTracker> tracker,
+               std::shared_ptr<std::atomic<int>> bulk_port)
+      : peer_(std::move(peer)), tracker_(std::move(tracker)), bulk_port_(std::move(bulk_port)) {}
 
   void Start(grpc::GenericStub* stub, const std::string& greeting,
              std::shared_ptr<ClientStream> self) {
@@ -109,6 +113,19 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
     }
     if (next != nullptr) StartWrite(next);
     if (release_hold) RemoveHold();
+  }
+
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (!ok || bulk_port_ == nullptr) return;
+    const auto& metadata = context_.GetServerInitialMetadata();
+    auto it = metadata.find(kBulkPortMetadata);
+    int port = 0;
+    if (it == metadata.end() ||
+        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &port) ||
+        port <= 0 || port > 65535) {
+      return;
+    }
+    bulk_port_->store(port, std::memory_order_release);
   }
 
   void OnReadDone(bool ok) override {
@@ -179,6 +196,7 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
 
   const std::string peer_;
   const std::shared_ptr<internal::CallTracker> tracker_;
+  const std::shared_ptr<std::atomic<int>> bulk_port_;
   grpc::ClientContext context_;
   grpc::ByteBuffer read_buffer_;
   const std::shared_ptr<TimedNotification> done_ = std::make_shared<TimedNotification>();
@@ -193,26 +211,58 @@ class ClientStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc
   absl::flat_hash_set<uint64_t> calls_ ABSL_GUARDED_BY(mu_);
 };
 
+namespace {
+
+// `address` with its port replaced; empty if it has none.
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  int old_port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &old_port)) {
+    return "";
+  }
+  return absl::StrCat(address.substr(0, colon + 1), port);
+}
+
+}  // namespace
+
 GrpcConnection::GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel,
-                               std::string greeting, size_t max_message_bytes, TimerQueue* timers)
+                               ChannelOpener open_bulk, std::string greeting,
+                               size_t max_message_bytes, TimerQueue* timers)
     : address_(std::move(address)),
-      channel_(std::move(channel)),
-      stub_(channel_),
+      open_bulk_(std::move(open_bulk)),
       greeting_(std::move(greeting)),
       max_message_bytes_(max_message_bytes),
       timers_(timers),
-      tracker_(std::make_shared<internal::CallTracker>(timers, address_)) {}
+      tracker_(std::make_shared<internal::CallTracker>(timers, address_)),
+      bulk_port_(std::make_shared<std::atomic<int>>(0)) {
+  first_.stub = std::make_unique<grpc::GenericStub>(channel);
+  first_.channel = std::move(channel);
+}
 
 GrpcConnection::~GrpcConnection() { Shutdown(); }
 
-std::shared_ptr<ClientStream> GrpcConnection::CurrentStream() {
+bool GrpcConnection::BulkReadyLocked() {
+  if (bulk_.channel == nullptr) {
+    const int port = bulk_port_->load(std::memory_order_acquire);
+    if (port == 0 || open_bulk_ == nullptr) return false;
+    const std::string address = WithPort(address_, port);
+    if (address.empty()) return false;
+    bulk_.channel = open_bulk_(address);
+    bulk_.stub = std::make_unique<grpc::GenericStub>(bulk_.channel);
+  }
+  return bulk_.channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY;
+}
+
+std::shared_ptr<ClientStream> GrpcConnection::CurrentStream(bool large) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return nullptr;
-  if (stream_ == nullptr || stream_->ended()) {
-    stream_ = std::make_shared<ClientStream>(address_, tracker_);
-    stream_->Start(&stub_, greeting_, stream_);
+  const bool bulk = large && BulkReadyLocked();
+  Lane& lane = bulk ? bulk_ : first_;
+  if (lane.stream == nullptr || lane.stream->ended()) {
+    lane.stream = std::make_shared<ClientStream>(address_, tracker_, bulk ? nullptr : bulk_port_);
+    lane.stream->Start(lane.stub.get(), greeting_, lane.stream);
   }
-  return stream_;
+  return lane.stream;
 }
 
 void GrpcConnection::Call(Request request, ResponseCallback done) {
@@ -232,7 +282,12 @@ void GrpcConnection::Call(Request request, ResponseCallback done) {
                                       frame_size, max_message_bytes_)));
     return;
   }
-  std::shared_ptr<ClientStream> stream = CurrentStream();
+  size_t response_bytes = request.expected_response_bytes;
+  size_t sink_bytes = 0;
+  for (absl::Span<uint8_t> span : request.response_sink) sink_bytes += span.size();
+  const bool large =
+      std::max({request.payload.size(), response_bytes, sink_bytes}) >= kBulkCallBytes;
+  std::shared_ptr<ClientStream> stream = CurrentStream(large);
   if (stream == nullptr) {
     internal::CompleteOutsideCall(
         timers_, std::move(done),
@@ -247,29 +302,30 @@ void GrpcConnection::Call(Request request, ResponseCallback done) {
 }
 
 void GrpcConnection::Shutdown() {
-  std::shared_ptr<ClientStream> stream;
+  std::vector<std::pair<std::shared_ptr<ClientStream>, std::shared_ptr<grpc::Channel>>> lanes;
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    stream = std::move(stream_);
+    for (Lane* lane : {&first_, &bulk_}) {
+      if (lane->stream != nullptr) lanes.emplace_back(std::move(lane->stream), lane->channel);
+    }
   }
   tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
-  if (stream != nullptr) {
-    stream->Cancel();
-    if (!stream->AwaitDone(absl::Seconds(5))) {
-      LogWarning(
-          "grpc: the stream to %s did not finish within 5 s of its cancellation (a write "
-          "held by flow control?); it is left to finish by itself",
-          address_);
-      // When it does, its context drops its channel reference on a gRPC thread; were that the
-      // last one, gRPC would tear the channel down there, which crashes (seen: SIGBUS in
-      // ~Subchannel). A channel given up on is kept for the life of the process instead.
-      static absl::Mutex abandoned_mu(absl::kConstInit);
-      static auto* abandoned = new std::vector<std::shared_ptr<grpc::Channel>>();
-      absl::MutexLock lock(&abandoned_mu);
-      abandoned->push_back(channel_);
-    }
+  for (auto& [stream, channel] : lanes) stream->Cancel();
+  for (auto& [stream, channel] : lanes) {
+    if (stream->AwaitDone(absl::Seconds(5))) continue;
+    LogWarning(
+        "grpc: the stream to %s did not finish within 5 s of its cancellation (a write "
+        "held by flow control?); it is left to finish by itself",
+        address_);
+    // When it does, its context drops its channel reference on a gRPC thread; were that the
+    // last one, gRPC would tear the channel down there, which crashes (seen: SIGBUS in
+    // ~Subchannel). A channel given up on is kept for the life of the process instead.
+    static absl::Mutex abandoned_mu(absl::kConstInit);
+    static auto* abandoned = new std::vector<std::shared_ptr<grpc::Channel>>();
+    absl::MutexLock lock(&abandoned_mu);
+    abandoned->push_back(channel);
   }
 }
 

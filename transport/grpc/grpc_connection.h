@@ -1,13 +1,20 @@
-// GrpcConnection: the client end of a gRPC connection. All calls to one server share one
+// GrpcConnection: the client end of a gRPC connection. Calls to one server share one
 // bidirectional stream (a callback-API reactor), multiplexed by call id; one write is in flight
 // at a time and the rest queue behind it. If the stream breaks, its outstanding calls fail with
 // Unavailable (or the status gRPC reports) and the next call opens a new stream.
+//
+// Calls that move at least kBulkCallBytes either way take a second stream, on a channel of its
+// own to the bulk port that the server names in the first stream's initial metadata
+// (TransportOptions::grpc_bulk_port), once that channel is connected; until then, and whenever
+// it is not, they take the first. Responses may come back in any order either way.
 #ifndef HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 #define HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,10 +30,14 @@ class ClientStream;
 
 class GrpcConnection final : public Connection {
  public:
+  // Opens the bulk channel to an address (host:bulk port).
+  using ChannelOpener = std::function<std::shared_ptr<grpc::Channel>(const std::string& address)>;
+
   // REQUIRES: `timers` outlives the connection.
   // `greeting`: sent with every stream it opens (ConnectOptions::greeting).
-  GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel, std::string greeting,
-                 size_t max_message_bytes, TimerQueue* timers);
+  GrpcConnection(std::string address, std::shared_ptr<grpc::Channel> channel,
+                 ChannelOpener open_bulk, std::string greeting, size_t max_message_bytes,
+                 TimerQueue* timers);
   ~GrpcConnection() override;
 
   void Call(Request request, ResponseCallback done) override;
@@ -34,20 +45,33 @@ class GrpcConnection final : public Connection {
   const std::string& address() const override { return address_; }
 
  private:
-  // The live stream, opening a new one if there is none; null after Shutdown.
-  std::shared_ptr<ClientStream> CurrentStream();
+  // A channel and the stream open on it.
+  struct Lane {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<grpc::GenericStub> stub;
+    std::shared_ptr<ClientStream> stream;
+  };
+
+  // The live stream for a call (`large`: it may take the bulk lane), opening a new one if
+  // there is none; null after Shutdown.
+  std::shared_ptr<ClientStream> CurrentStream(bool large);
+  // Whether the bulk lane is connected; opens its channel once its port is known, and asks it
+  // to connect when it is not.
+  bool BulkReadyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string address_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  grpc::GenericStub stub_;
+  const ChannelOpener open_bulk_;
   const std::string greeting_;
   const size_t max_message_bytes_;
   TimerQueue* const timers_;
   const std::shared_ptr<internal::CallTracker> tracker_;
+  // The bulk port the server named (0: none yet), set by the first lane's streams.
+  const std::shared_ptr<std::atomic<int>> bulk_port_;
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::shared_ptr<ClientStream> stream_ ABSL_GUARDED_BY(mu_);
+  Lane first_ ABSL_GUARDED_BY(mu_);
+  Lane bulk_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps::transport::grpc_internal

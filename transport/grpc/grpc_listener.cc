@@ -225,8 +225,12 @@ class ServerStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc
 
 class GrpcListener::Service final : public grpc::CallbackGenericService {
  public:
-  Service(RequestHandler* handler, const TransportOptions& options)
-      : handler_(handler), options_(options), sweeper_(options.idle_timeout) {}
+  // `bulk_port`: told to every client that connects (0: none).
+  Service(RequestHandler* handler, const TransportOptions& options, int bulk_port)
+      : handler_(handler),
+        options_(options),
+        bulk_port_(bulk_port),
+        sweeper_(options.idle_timeout) {}
 
   grpc::ServerGenericBidiReactor* CreateReactor(
       grpc::GenericCallbackServerContext* context) override {
@@ -238,6 +242,7 @@ class GrpcListener::Service final : public grpc::CallbackGenericService {
     if (auto it = metadata.find(kGreetingMetadata); it != metadata.end()) {
       greeting.assign(it->second.data(), it->second.size());
     }
+    if (bulk_port_ != 0) context->AddInitialMetadata(kBulkPortMetadata, absl::StrCat(bulk_port_));
     std::shared_ptr<internal::ServerConnection> connection = internal::ServerConnection::Create(
         handler_, options_, context->peer(), std::move(greeting));
     auto stream = std::make_shared<ServerStream>(connection, options_.max_message_bytes);
@@ -252,8 +257,39 @@ class GrpcListener::Service final : public grpc::CallbackGenericService {
  private:
   RequestHandler* const handler_;
   const TransportOptions options_;
+  const int bulk_port_;
   internal::ConnectionSweeper sweeper_;
 };
+
+namespace {
+
+// Serves `service` at `address`; `bulk`: the bulk server's channel settings. Sets `port`.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(const std::string& address,
+                                                          grpc::CallbackGenericService* service,
+                                                          const TransportOptions& options,
+                                                          bool bulk, int* port) {
+  grpc::ServerBuilder builder;
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  builder.AddListeningPort(address, *credentials, port);
+  builder.RegisterCallbackGenericService(service);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  for (const auto& [name, value] : KeepaliveArguments(options, /*server=*/true)) {
+    builder.AddChannelArgument(name, value);
+  }
+  const auto [probe, on] = BandwidthProbeArgument(bulk);
+  builder.AddChannelArgument(probe, on);
+  // A second server on a busy port must fail, not silently share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  return server;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::string& address,
                                                                   RequestHandler* handler,
@@ -263,26 +299,27 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::str
     return absl::InvalidArgumentError(absl::StrCat("address '", address, "' has no port"));
   }
   std::unique_ptr<GrpcListener> listener(new GrpcListener());
-  listener->service_ = std::make_unique<Service>(handler, options);
-
-  grpc::ServerBuilder builder;
+  const std::string host = address.substr(0, colon);
+  int bulk_port = 0;
+  if (options.grpc_bulk_port >= 0) {
+    // Without its own handler state: a bulk stream is one more connection of the same client.
+    listener->bulk_service_ = std::make_unique<Service>(handler, options, /*bulk_port=*/0);
+    absl::StatusOr<std::unique_ptr<grpc::Server>> bulk =
+        StartServer(absl::StrCat(host, ":", options.grpc_bulk_port), listener->bulk_service_.get(),
+                    options, /*bulk=*/true, &bulk_port);
+    if (!bulk.ok()) {
+      return absl::Status(bulk.status().code(), absl::StrCat(bulk.status().message(),
+                                                             " (the bulk port, grpc_bulk_port)"));
+    }
+    listener->bulk_server_ = *std::move(bulk);
+  }
+  listener->service_ = std::make_unique<Service>(handler, options, bulk_port);
   int port = 0;
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
-  if (!credentials.ok()) return credentials.status();
-  builder.AddListeningPort(address, *credentials, &port);
-  builder.RegisterCallbackGenericService(listener->service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
-  for (const auto& [name, value] : KeepaliveArguments(options, /*server=*/true)) {
-    builder.AddChannelArgument(name, value);
-  }
-  // A second server on a busy port must fail, not silently share it.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  listener->server_ = builder.BuildAndStart();
-  if (listener->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  }
-  listener->address_ = absl::StrCat(address.substr(0, colon), ":", port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer(address, listener->service_.get(), options, /*bulk=*/false, &port);
+  if (!server.ok()) return server.status();
+  listener->server_ = *std::move(server);
+  listener->address_ = absl::StrCat(host, ":", port);
   return listener;
 }
 
@@ -291,11 +328,16 @@ GrpcListener::~GrpcListener() { Shutdown(); }
 void GrpcListener::Shutdown() {
   {
     absl::MutexLock lock(&shutdown_mu_);
-    if (shut_down_ || server_ == nullptr) return;
+    if (shut_down_) return;
     shut_down_ = true;
   }
-  server_->Shutdown(GrpcDeadline(hetps::Now() + kShutdownGrace));
-  server_->Wait();
+  const absl::Time deadline = hetps::Now() + kShutdownGrace;
+  for (grpc::Server* server : {server_.get(), bulk_server_.get()}) {
+    if (server != nullptr) server->Shutdown(GrpcDeadline(deadline));
+  }
+  for (grpc::Server* server : {server_.get(), bulk_server_.get()}) {
+    if (server != nullptr) server->Wait();
+  }
 }
 
 }  // namespace hetps::transport::grpc_internal

@@ -1,7 +1,9 @@
 // GrpcListener: a gRPC server with one generic callback service. Each client connection opens
 // one bidirectional stream (a ServerStream reactor, see grpc_listener.cc) that reads request
 // frames, hands them to the RequestHandler, and writes the replies back as they come, one write
-// in flight at a time.
+// in flight at a time. A second server, on the bulk port, serves the streams of large calls
+// (TransportOptions::grpc_bulk_port); its port goes to every client in the first stream's
+// initial metadata.
 #ifndef HETPS_TRANSPORT_GRPC_GRPC_LISTENER_H_
 #define HETPS_TRANSPORT_GRPC_GRPC_LISTENER_H_
 
@@ -36,6 +38,9 @@ class GrpcListener final : public Listener {
   std::string address_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  // The bulk port's server (TransportOptions::grpc_bulk_port); null without one.
+  std::unique_ptr<Service> bulk_service_;
+  std::unique_ptr<grpc::Server> bulk_server_;
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };

@@ -36,6 +36,26 @@ class GrpcTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                       absl::Time deadline,
                                                       const ConnectOptions& options) override {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        grpc_internal::ChannelCredentials(options_);
+    if (!credentials.ok()) return credentials.status();
+    std::shared_ptr<grpc::Channel> channel =
+        grpc::CreateCustomChannel(address, *credentials, ChannelArguments(/*bulk=*/false));
+    if (!channel->WaitForConnected(GrpcDeadline(deadline))) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
+    }
+    grpc_internal::GrpcConnection::ChannelOpener open_bulk =
+        [credentials = *credentials,
+         args = ChannelArguments(/*bulk=*/true)](const std::string& bulk_address) {
+          return grpc::CreateCustomChannel(bulk_address, credentials, args);
+        };
+    return std::make_unique<grpc_internal::GrpcConnection>(address, std::move(channel),
+                                                           std::move(open_bulk), options.greeting,
+                                                           options_.max_message_bytes, &timers_);
+  }
+
+ private:
+  grpc::ChannelArguments ChannelArguments(bool bulk) const {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     args.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
@@ -48,18 +68,11 @@ class GrpcTransport final : public Transport {
     for (const auto& [name, value] : grpc_internal::KeepaliveArguments(options_, false)) {
       args.SetInt(name, value);
     }
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-        grpc_internal::ChannelCredentials(options_);
-    if (!credentials.ok()) return credentials.status();
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, *credentials, args);
-    if (!channel->WaitForConnected(GrpcDeadline(deadline))) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", address));
-    }
-    return std::make_unique<grpc_internal::GrpcConnection>(
-        address, std::move(channel), options.greeting, options_.max_message_bytes, &timers_);
+    const auto [probe, on] = grpc_internal::BandwidthProbeArgument(bulk);
+    args.SetInt(probe, on);
+    return args;
   }
 
- private:
   const TransportOptions options_;
   TimerQueue timers_;
 };

@@ -183,14 +183,16 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     const bool pull = method != hetps::v1::METHOD_PUSH;
     // Pulled bytes already in the caller's format may land straight in the caller's memory.
     transport::ResponseSink sink;
+    size_t pulled_bytes = 0;
+    bool sink_fits = pull;
     for (const Piece& piece : message.pieces) {
-      if (!pull || piece.weights_format != piece.pull_format) {
-        sink.clear();
-        break;
-      }
-      sink.emplace_back(static_cast<uint8_t*>(piece.weights),
-                        piece.elements * BytesPerElement(piece.pull_format));
+      if (!pull) break;
+      const size_t bytes = piece.elements * BytesPerElement(piece.pull_format);
+      pulled_bytes += bytes;
+      sink_fits = sink_fits && piece.weights_format == piece.pull_format;
+      if (sink_fits) sink.emplace_back(static_cast<uint8_t*>(piece.weights), bytes);
     }
+    if (!sink_fits) sink.clear();
     if (metrics_ != nullptr) metrics_->sent_bytes.fetch_add(payload.size());
     (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
@@ -201,7 +203,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
           }
           operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
         },
-        std::move(sink));
+        std::move(sink), pulled_bytes);
   }
   return Operation(operation);
 }
