@@ -3,7 +3,8 @@
 # in flight, the server adding each gradient into what it keeps), the same sizes, the same
 # pinning (the server side on one CPU, the worker on another), rounds interleaved. ps-lite rides
 # ZeroMQ over TCP; hetps is measured over gRPC (TCP), UCX over TCP (UCX_TLS=tcp) and UCX as it
-# picks between two local processes (shared memory).
+# picks between two local processes (shared memory). `grpc-one` is gRPC with every call on one
+# connection (ps-server --grpc_bulk_port=-1), as hetps had it before its bulk connection.
 #
 # ps-lite is not part of hetps: fetch its source yourself (github.com/dmlc/ps-lite) and name its
 # folder. The script builds it (Debian's libzmq3-dev, protobuf-compiler and libprotobuf-dev) and
@@ -86,15 +87,16 @@ pslite() {
   awk '{ print $1, $2 }' "$WORK/worker.out" >>"$WORK/pslite"
 }
 
-# hetps <transport: grpc|ucx|ucx-tcp>: appends "size p50_us floor_p50_us" per size to
+# hetps <transport: grpc|grpc-one|ucx|ucx-tcp>: appends "size p50_us floor_p50_us" per size to
 # $WORK/<transport>.
 hetps() {
-  local name="$1" transport="$1" env=""
+  local name="$1" transport="$1" env="" flags=()
   [[ "$name" == ucx-tcp ]] && transport=ucx && env="UCX_TLS=tcp"
+  [[ "$name" == grpc-one ]] && transport=grpc && flags=(--grpc_bulk_port=-1)
   rm -f "$WORK/port"
   PIDS=()
   env $env taskset -c "$SERVER_CPU" "$PS_SERVER" --transport="$transport" \
-    --port_file="$WORK/port" --lifetime_s=600 >"$WORK/hetps_server.log" 2>&1 &
+    --port_file="$WORK/port" --lifetime_s=600 "${flags[@]}" >"$WORK/hetps_server.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do [[ -s "$WORK/port" ]] && break; sleep 0.05; done
   env $env taskset -c "$CLIENT_CPU" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
@@ -120,7 +122,7 @@ done
 header=$(printf '%5s | %10s' size "ps-lite")
 for transport in $TRANSPORTS; do
   header+=$(printf ' | %8s p50 %6s' "$transport" "x")
-  [[ "$transport" == grpc ]] && header+=$(printf ' %7s' "x floor")
+  [[ "$transport" == grpc* ]] && header+=$(printf ' %7s' "x floor")
 done
 echo "$header"
 latency_panel="push+pull p50 (us), one worker, one server"
@@ -137,7 +139,7 @@ for size in "${SIZES[@]}"; do
     awk -v lp="$latency_panel" -v sp="$speedup_panel" -v t="hetps $transport" -v n="$size" \
       -v p="$p50" -v l="$pslite_p50" 'BEGIN { OFS = "\t"; print lp, t, n, p; print sp, t, n, l / p }' \
       >>"$WORK/plot.tsv"
-    if [[ "$transport" == grpc ]]; then
+    if [[ "$transport" == grpc* ]]; then
       read -r floor _ < <(stats "$WORK/$transport" "$size" 3)
       row+=$(awk -v p="$p50" -v f="$floor" 'BEGIN { printf " %7.2f", p / f }')
     fi

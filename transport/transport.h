@@ -47,10 +47,11 @@ struct Request {
   // response's payload then refers to them; others ignore it. The memory must stay valid until
   // the call completes.
   ResponseSink response_sink;
-  // Client side, optional: about how many payload bytes the response will carry, where no sink
-  // says it (0: unknown or small). gRPC sends calls that move much in either direction on a
-  // connection of their own (TransportOptions::grpc_bulk_port).
-  size_t expected_response_bytes = 0;
+  // Client side, optional: the payload bytes that this call and the calls issued with it to the
+  // same server move, one way (a client operation's messages to one shard); 0: this call's
+  // own. gRPC sends bursts of 64 MiB or more on a connection of their own
+  // (TransportOptions::grpc_bulk_port).
+  size_t burst_bytes = 0;
 };
 
 struct Response {
@@ -171,12 +172,13 @@ struct TransportOptions {
   std::string tls_key_file;
   std::string tls_ca_file;
 
-  // gRPC, server side: calls that move at least 1 MiB either way travel on a second connection,
-  // to this port (0: any free one; -1: none, large calls share the first connection). It runs
-  // without gRPC's bandwidth-delay probe, whose window sizing stalls multi-MiB transfers on
-  // fast links, while the first keeps it, whose pings cut small calls' latency (measured in
-  // bench/PERFORMANCE.md). The server tells each client the port when it connects; a client
-  // that cannot reach it keeps every call on the first connection.
+  // gRPC, server side: bursts of calls that move 64 MiB or more (Request::burst_bytes) travel
+  // on a second connection, to this port (0: any free one; -1: none, they share the first
+  // connection). It runs without gRPC's bandwidth-delay probe, under which transfers with tens
+  // of MiB in flight stall, while the first keeps it, which moves a few MiB faster and whose
+  // pings cut small calls' latency (measured in bench/PERFORMANCE.md). The server tells each
+  // client the port when it connects; a client that cannot reach it keeps every call on the
+  // first connection.
   int grpc_bulk_port = 0;
 };
 

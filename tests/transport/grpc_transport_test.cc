@@ -194,10 +194,10 @@ class GrpcBulkTest : public ::testing::Test {
   }
 
   // The server-side connection id that the call came on.
-  std::string ConnectionOf(size_t request_bytes, size_t expected_response_bytes = 0) {
+  std::string ConnectionOf(size_t request_bytes, size_t burst_bytes = 0) {
     std::vector<uint8_t> bytes(request_bytes, 7);
     Request request = Echo("", Payload::Borrow(bytes));
-    request.expected_response_bytes = expected_response_bytes;
+    request.burst_bytes = burst_bytes;
     absl::StatusOr<Response> response = CallAndWait(*connection_, std::move(request));
     EXPECT_TRUE(response.ok()) << response.status();
     if (!response.ok()) return "";
@@ -205,13 +205,12 @@ class GrpcBulkTest : public ::testing::Test {
     return response->header;
   }
 
-  // Large calls until one takes a connection other than `first` (the bulk one connects in
-  // the background), within 10 s; its id, or empty.
-  std::string BulkConnection(const std::string& first, size_t request_bytes,
-                             size_t expected_response_bytes) {
+  // Calls of a large burst until one takes a connection other than `first` (the bulk one
+  // connects in the background), within 10 s; its id, or empty.
+  std::string BulkConnection(const std::string& first) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
-      std::string connection = ConnectionOf(request_bytes, expected_response_bytes);
+      std::string connection = ConnectionOf(1 << 20, grpc_internal::kBulkBurstBytes);
       if (connection.empty()) return "";
       if (connection != first) return connection;
     }
@@ -225,17 +224,18 @@ class GrpcBulkTest : public ::testing::Test {
   std::unique_ptr<Connection> connection_;
 };
 
-TEST_F(GrpcBulkTest, LargeCallsEitherWayTakeTheBulkConnectionAndSmallOnesStay) {
+TEST_F(GrpcBulkTest, CallsOfLargeBurstsTakeTheBulkConnectionAndOthersStay) {
   Start(/*bulk_port=*/0);
   const std::string first = ConnectionOf(100);
   ASSERT_FALSE(first.empty());
-  const std::string bulk = BulkConnection(first, grpc_internal::kBulkCallBytes, 0);
-  ASSERT_FALSE(bulk.empty()) << "no 1 MiB request left the first connection within 10 s";
+  const std::string bulk = BulkConnection(first);
+  ASSERT_FALSE(bulk.empty()) << "no call of a 32 MiB burst left the first connection within 10 s";
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes), bulk);
-    // A small request whose response is to be large.
-    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkCallBytes), bulk);
-    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes - 1), first);
+    EXPECT_EQ(ConnectionOf(1 << 20, grpc_internal::kBulkBurstBytes), bulk);
+    // A small request of a burst whose responses are large (a pull).
+    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkBurstBytes), bulk);
+    EXPECT_EQ(ConnectionOf(1 << 20, grpc_internal::kBulkBurstBytes - 1), first);
+    EXPECT_EQ(ConnectionOf(4 << 20), first);
     EXPECT_EQ(ConnectionOf(100), first);
   }
 }
@@ -245,8 +245,8 @@ TEST_F(GrpcBulkTest, WithoutABulkPortEveryCallSharesOneConnection) {
   const std::string first = ConnectionOf(100);
   ASSERT_FALSE(first.empty());
   for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(ConnectionOf(grpc_internal::kBulkCallBytes), first);
-    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkCallBytes), first);
+    EXPECT_EQ(ConnectionOf(1 << 20, grpc_internal::kBulkBurstBytes), first);
+    EXPECT_EQ(ConnectionOf(100, grpc_internal::kBulkBurstBytes), first);
   }
 }
 

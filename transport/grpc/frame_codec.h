@@ -30,8 +30,9 @@ inline constexpr char kStreamMethod[] = "/hetps.v1.Transport/Stream";
 inline constexpr char kGreetingMetadata[] = "hetps-greeting-bin";
 // The server's initial metadata entry that names its bulk port (TransportOptions::grpc_bulk_port).
 inline constexpr char kBulkPortMetadata[] = "hetps-bulk-port";
-// Calls that move at least this many bytes one way take the bulk connection.
-inline constexpr size_t kBulkCallBytes = 1 << 20;
+// Bursts of calls (Request::burst_bytes) that move at least this many bytes one way take the
+// bulk connection.
+inline constexpr size_t kBulkBurstBytes = 64 << 20;
 
 // gRPC channel arguments for TransportOptions' keepalive and idle settings, on either end.
 std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptions& options,

@@ -282,11 +282,7 @@ void GrpcConnection::Call(Request request, ResponseCallback done) {
                                       frame_size, max_message_bytes_)));
     return;
   }
-  size_t response_bytes = request.expected_response_bytes;
-  size_t sink_bytes = 0;
-  for (absl::Span<uint8_t> span : request.response_sink) sink_bytes += span.size();
-  const bool large =
-      std::max({request.payload.size(), response_bytes, sink_bytes}) >= kBulkCallBytes;
+  const bool large = std::max(request.payload.size(), request.burst_bytes) >= kBulkBurstBytes;
   std::shared_ptr<ClientStream> stream = CurrentStream(large);
   if (stream == nullptr) {
     internal::CompleteOutsideCall(

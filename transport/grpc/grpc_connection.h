@@ -3,10 +3,10 @@
 // at a time and the rest queue behind it. If the stream breaks, its outstanding calls fail with
 // Unavailable (or the status gRPC reports) and the next call opens a new stream.
 //
-// Calls that move at least kBulkCallBytes either way take a second stream, on a channel of its
-// own to the bulk port that the server names in the first stream's initial metadata
-// (TransportOptions::grpc_bulk_port), once that channel is connected; until then, and whenever
-// it is not, they take the first. Responses may come back in any order either way.
+// Calls of bursts that move at least kBulkBurstBytes (Request::burst_bytes) take a second
+// stream, on a channel of its own to the bulk port that the server names in the first stream's
+// initial metadata (TransportOptions::grpc_bulk_port), once that channel is connected; until
+// then, and whenever it is not, they take the first. Responses may come back in any order.
 #ifndef HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 #define HETPS_TRANSPORT_GRPC_GRPC_CONNECTION_H_
 

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -153,6 +154,9 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
   const absl::Time deadline = Now() + options_.call_timeout;
   const bool push = method != hetps::v1::METHOD_PULL;
   const uint64_t sequence = push ? next_sequence_.fetch_add(1) : 0;
+  // What the operation moves to or from each shard at once (transport::Request::burst_bytes).
+  absl::InlinedVector<size_t, 16> bytes_to_shard((**channels).size(), 0);
+  for (const PlannedMessage& message : messages) bytes_to_shard[message.shard] += message.bytes;
   for (PlannedMessage& message : messages) {
     // The items go into the header message directly, one the thread reuses (see
     // ReusedMessage): building it allocates nothing after the first operations.
@@ -183,16 +187,14 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     const bool pull = method != hetps::v1::METHOD_PUSH;
     // Pulled bytes already in the caller's format may land straight in the caller's memory.
     transport::ResponseSink sink;
-    size_t pulled_bytes = 0;
-    bool sink_fits = pull;
     for (const Piece& piece : message.pieces) {
-      if (!pull) break;
-      const size_t bytes = piece.elements * BytesPerElement(piece.pull_format);
-      pulled_bytes += bytes;
-      sink_fits = sink_fits && piece.weights_format == piece.pull_format;
-      if (sink_fits) sink.emplace_back(static_cast<uint8_t*>(piece.weights), bytes);
+      if (!pull || piece.weights_format != piece.pull_format) {
+        sink.clear();
+        break;
+      }
+      sink.emplace_back(static_cast<uint8_t*>(piece.weights),
+                        piece.elements * BytesPerElement(piece.pull_format));
     }
-    if (!sink_fits) sink.clear();
     if (metrics_ != nullptr) metrics_->sent_bytes.fetch_add(payload.size());
     (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
@@ -203,7 +205,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
           }
           operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
         },
-        std::move(sink), pulled_bytes);
+        std::move(sink), bytes_to_shard[message.shard]);
   }
   return Operation(operation);
 }

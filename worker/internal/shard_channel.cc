@@ -30,7 +30,7 @@ struct ShardChannel::PendingCall {
   transport::Payload payload;
   absl::Time deadline;
   transport::ResponseSink sink;
-  size_t expected_response_bytes = 0;
+  size_t burst_bytes = 0;
   transport::ResponseCallback done;
   absl::Duration pause = kFirstRetryPause;
   // Why the last attempt could not reach the shard (empty before any retry).
@@ -65,7 +65,7 @@ void ShardChannel::Exit() {
 
 void ShardChannel::Call(uint32_t method, std::string header, transport::Payload payload,
                         absl::Time deadline, transport::ResponseCallback done,
-                        transport::ResponseSink sink, size_t expected_response_bytes) {
+                        transport::ResponseSink sink, size_t burst_bytes) {
   transport::internal::CallScope scope;
   auto call = std::make_shared<PendingCall>();
   call->method = method;
@@ -73,7 +73,7 @@ void ShardChannel::Call(uint32_t method, std::string header, transport::Payload 
   call->payload = std::move(payload);
   call->deadline = deadline;
   call->sink = std::move(sink);
-  call->expected_response_bytes = expected_response_bytes;
+  call->burst_bytes = burst_bytes;
   call->done = std::move(done);
   call->may_stand_in = method == hetps::v1::METHOD_PUSH || method == hetps::v1::METHOD_PULL ||
                        method == hetps::v1::METHOD_PUSH_PULL ||
@@ -139,7 +139,7 @@ void ShardChannel::Send(std::shared_ptr<PendingCall> call) {
   request.payload = call->payload;
   request.deadline = call->deadline;
   request.response_sink = call->sink;
-  request.expected_response_bytes = call->expected_response_bytes;
+  request.burst_bytes = call->burst_bytes;
   connection->Call(std::move(request),
                    [self = shared_from_this(), call](absl::StatusOr<transport::Response> result) {
                      self->OnResponse(call, std::move(result));

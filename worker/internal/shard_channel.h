@@ -53,10 +53,10 @@ class ShardChannel : public std::enable_shared_from_this<ShardChannel> {
   void SetStandIn(std::weak_ptr<ShardChannel> stand_in);
 
   // `sink`: where the response's payload should land (see transport::Request::response_sink);
-  // `expected_response_bytes`: see transport::Request.
+  // `burst_bytes`: see transport::Request.
   void Call(uint32_t method, std::string header, transport::Payload payload, absl::Time deadline,
             transport::ResponseCallback done, transport::ResponseSink sink = {},
-            size_t expected_response_bytes = 0);
+            size_t burst_bytes = 0);
   void Shutdown();
 
  private:
