@@ -250,6 +250,27 @@ TEST_F(GrpcBulkTest, WithoutABulkPortEveryCallSharesOneConnection) {
   }
 }
 
+TEST_F(GrpcBulkTest, AfterTheServerRestartsLargeBurstsTakeItsNewBulkPort) {
+  Start(/*bulk_port=*/0);
+  ASSERT_FALSE(BulkConnection(ConnectionOf(100)).empty());
+  const std::string address = listener_->address();
+  listener_->Shutdown();
+  listener_.reset();
+  auto listener = server_transport_->Listen(address, &handler_);  // another free bulk port
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  listener_ = *std::move(listener);
+  // The first calls may find the old connection gone; the client reconnects by itself.
+  std::string first;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (first.empty() && absl::Now() < deadline) {
+    absl::StatusOr<Response> response = CallAndWait(*connection_, Echo("after the restart"));
+    if (response.ok()) first = response->header;
+  }
+  ASSERT_FALSE(first.empty()) << "the client did not reconnect within 10 s";
+  EXPECT_FALSE(BulkConnection(first).empty())
+      << "no call of a large burst reached the restarted server's bulk port within 10 s";
+}
+
 TEST_F(GrpcBulkTest, ABusyBulkPortFailsTheListenerAndSaysWhichPort) {
   Start(/*bulk_port=*/-1);
   const std::string taken = listener_->address();

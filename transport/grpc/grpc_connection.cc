@@ -242,13 +242,18 @@ GrpcConnection::GrpcConnection(std::string address, std::shared_ptr<grpc::Channe
 GrpcConnection::~GrpcConnection() { Shutdown(); }
 
 bool GrpcConnection::BulkReadyLocked() {
+  const int port = bulk_port_->load(std::memory_order_acquire);
+  if (port == 0 || open_bulk_ == nullptr) return false;
+  if (bulk_.channel != nullptr && port != bulk_lane_port_) {
+    retired_.push_back(std::move(bulk_));
+    bulk_ = Lane();
+  }
   if (bulk_.channel == nullptr) {
-    const int port = bulk_port_->load(std::memory_order_acquire);
-    if (port == 0 || open_bulk_ == nullptr) return false;
     const std::string address = WithPort(address_, port);
     if (address.empty()) return false;
     bulk_.channel = open_bulk_(address);
     bulk_.stub = std::make_unique<grpc::GenericStub>(bulk_.channel);
+    bulk_lane_port_ = port;
   }
   return bulk_.channel->GetState(/*try_to_connect=*/true) == GRPC_CHANNEL_READY;
 }
@@ -303,9 +308,12 @@ void GrpcConnection::Shutdown() {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    for (Lane* lane : {&first_, &bulk_}) {
-      if (lane->stream != nullptr) lanes.emplace_back(std::move(lane->stream), lane->channel);
-    }
+    auto take = [&lanes](Lane& lane) {
+      if (lane.stream != nullptr) lanes.emplace_back(std::move(lane.stream), lane.channel);
+    };
+    take(first_);
+    take(bulk_);
+    for (Lane& lane : retired_) take(lane);
   }
   tracker_->FailAll(absl::CancelledError(absl::StrCat("connection to ", address_, " shut down")));
   for (auto& [stream, channel] : lanes) stream->Cancel();

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -72,6 +73,10 @@ class GrpcConnection final : public Connection {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   Lane first_ ABSL_GUARDED_BY(mu_);
   Lane bulk_ ABSL_GUARDED_BY(mu_);
+  int bulk_lane_port_ ABSL_GUARDED_BY(mu_) = 0;  // where bulk_.channel goes
+  // Bulk lanes to a port the server no longer names (it restarted), kept until Shutdown: a
+  // channel must not be let go of from a gRPC thread, where its last stream ends.
+  std::vector<Lane> retired_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hetps::transport::grpc_internal
