@@ -289,6 +289,12 @@ class EchoSource : public OperationSource {
       join->remaining = chunks;
     }
     const absl::Time deadline = absl::Now() + timeout_;
+    // What each connection carries of the operation, as the client names it
+    // (transport::Request::burst_bytes), so the floor takes the connections hetps takes.
+    std::vector<size_t> burst(connections_.size(), 0);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      burst[c % connections_.size()] += std::min(chunk, settings_.bytes - c * chunk);
+    }
     for (uint64_t c = 0; c < chunks; ++c) {
       const uint64_t offset = c * chunk;
       const uint64_t size = std::min(chunk, settings_.bytes - offset);
@@ -299,6 +305,7 @@ class EchoSource : public OperationSource {
       request.method = hetps::v1::METHOD_ECHO;
       request.deadline = deadline;
       request.header = echo.SerializeAsString();
+      request.burst_bytes = burst[c % connections_.size()];
       if (settings_.op != "pull") {
         request.payload = transport::Payload::Borrow(
             transport::ByteSpan(payload_.data() + offset, static_cast<size_t>(size)));

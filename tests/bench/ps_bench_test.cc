@@ -11,9 +11,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/json.h"
+#include "bench/runner.h"
 #include "gtest/gtest.h"
+#include "proto/ps.pb.h"
+#include "tests/testing/burst_recorder.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_cluster.h"
 #include "worker/client.h"
 
 namespace hetps::bench {
@@ -75,6 +79,32 @@ double ValidateJson(const std::string& text, size_t expected_results) {
     wrong += number("wrong");
   }
   return wrong;
+}
+
+TEST(FloorRunnerTest, EveryEchoNamesWhatItsOperationMovesOverItsConnection) {
+  auto cluster = testing::TestCluster::Start("inproc", 2, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions options = (*cluster)->ClientOptionsFor(0);
+  auto recorder =
+      std::make_shared<testing::BurstRecorder>(options.transport_instance, hetps::v1::METHOD_ECHO);
+  auto floor = FloorRunner::Connect(recorder, options, absl::Seconds(10));
+  ASSERT_TRUE(floor.ok()) << floor.status();
+  MeasureSettings settings;
+  settings.op = "push";
+  settings.bytes = 10000;
+  settings.chunk_bytes = 1024;
+  settings.warmup = 0;
+  ASSERT_TRUE((*floor)->Measure(settings, /*iterations=*/1).ok());
+  std::map<std::string, testing::BurstRecorder::Seen> seen = recorder->TakeSeen();
+  ASSERT_EQ(seen.size(), 2u);
+  size_t total = 0;
+  for (const auto& [address, calls] : seen) {
+    ASSERT_GT(calls.bursts.size(), 1u) << address;
+    // As the client does (ClientBurstTest): each call names its connection's share.
+    for (size_t burst : calls.bursts) EXPECT_EQ(burst, calls.payload_bytes) << address;
+    total += calls.payload_bytes;
+  }
+  EXPECT_EQ(total, settings.bytes);
 }
 
 TEST(PsBenchTest, EmbeddedSweepChecksEveryValueAndWritesJson) {

@@ -11,12 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
+#include "tests/testing/burst_recorder.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -337,67 +337,12 @@ TEST_P(ClientTest, StatsCountParameterAndOptimizerStateBytes) {
   EXPECT_EQ(state, 3 * 1000 * sizeof(float));  // m, v and v_max; plain sgd keeps none
 }
 
-// Passes calls on and records, per connection, the payload bytes and bursts of data calls.
-class BurstRecorder final : public transport::Transport {
- public:
-  struct Seen {
-    size_t payload_bytes = 0;
-    std::vector<size_t> bursts;
-  };
-
-  explicit BurstRecorder(std::shared_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
-
-  absl::string_view name() const override { return inner_->name(); }
-  absl::StatusOr<std::unique_ptr<transport::Listener>> Listen(
-      const std::string& address, transport::RequestHandler* handler) override {
-    return inner_->Listen(address, handler);
-  }
-  using transport::Transport::Connect;
-  absl::StatusOr<std::unique_ptr<transport::Connection>> Connect(
-      const std::string& address, absl::Time deadline,
-      const transport::ConnectOptions& options) override {
-    auto inner = inner_->Connect(address, deadline, options);
-    if (!inner.ok()) return inner.status();
-    return std::unique_ptr<transport::Connection>(new Recording(*std::move(inner), this));
-  }
-
-  std::map<std::string, Seen> TakeSeen() {
-    absl::MutexLock lock(&mu_);
-    return std::exchange(seen_, {});
-  }
-
- private:
-  class Recording final : public transport::Connection {
-   public:
-    Recording(std::unique_ptr<transport::Connection> inner, BurstRecorder* recorder)
-        : inner_(std::move(inner)), recorder_(recorder) {}
-    void Call(transport::Request request, transport::ResponseCallback done) override {
-      if (request.method == hetps::v1::METHOD_PUSH) {
-        absl::MutexLock lock(&recorder_->mu_);
-        Seen& seen = recorder_->seen_[address()];
-        seen.payload_bytes += request.payload.size();
-        seen.bursts.push_back(request.burst_bytes);
-      }
-      inner_->Call(std::move(request), std::move(done));
-    }
-    void Shutdown() override { inner_->Shutdown(); }
-    const std::string& address() const override { return inner_->address(); }
-
-   private:
-    const std::unique_ptr<transport::Connection> inner_;
-    BurstRecorder* const recorder_;
-  };
-
-  const std::shared_ptr<transport::Transport> inner_;
-  absl::Mutex mu_;
-  std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
-};
-
 TEST(ClientBurstTest, EveryCallNamesWhatItsOperationMovesToItsShard) {
   auto cluster = testing::TestCluster::Start("inproc", 2, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ClientOptions options = (*cluster)->ClientOptionsFor(0);
-  auto recorder = std::make_shared<BurstRecorder>(options.transport_instance);
+  auto recorder =
+      std::make_shared<testing::BurstRecorder>(options.transport_instance, hetps::v1::METHOD_PUSH);
   options.transport_instance = recorder;
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -405,7 +350,7 @@ TEST(ClientBurstTest, EveryCallNamesWhatItsOperationMovesToItsShard) {
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> gradient(10000, 1.0f);
   ASSERT_TRUE((*client)->Push(*id, gradient, 0).Wait().ok());
-  std::map<std::string, BurstRecorder::Seen> seen = recorder->TakeSeen();
+  std::map<std::string, testing::BurstRecorder::Seen> seen = recorder->TakeSeen();
   ASSERT_EQ(seen.size(), 2u);
   size_t total = 0;
   for (const auto& [address, calls] : seen) {

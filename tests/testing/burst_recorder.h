@@ -1,0 +1,78 @@
+// A transport that records which bursts its calls name (tests of transport::Request::burst_bytes).
+#ifndef HETPS_TESTS_TESTING_BURST_RECORDER_H_
+#define HETPS_TESTS_TESTING_BURST_RECORDER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "transport/transport.h"
+
+namespace hetps::testing {
+
+// Passes calls on and records, per connection, the payload bytes and bursts
+// (transport::Request::burst_bytes) of the calls of one method.
+class BurstRecorder final : public transport::Transport {
+ public:
+  struct Seen {
+    size_t payload_bytes = 0;
+    std::vector<size_t> bursts;
+  };
+
+  BurstRecorder(std::shared_ptr<transport::Transport> inner, uint32_t method)
+      : inner_(std::move(inner)), method_(method) {}
+
+  absl::string_view name() const override { return inner_->name(); }
+  absl::StatusOr<std::unique_ptr<transport::Listener>> Listen(
+      const std::string& address, transport::RequestHandler* handler) override {
+    return inner_->Listen(address, handler);
+  }
+  using transport::Transport::Connect;
+  absl::StatusOr<std::unique_ptr<transport::Connection>> Connect(
+      const std::string& address, absl::Time deadline,
+      const transport::ConnectOptions& options) override {
+    auto inner = inner_->Connect(address, deadline, options);
+    if (!inner.ok()) return inner.status();
+    return std::unique_ptr<transport::Connection>(new Recording(*std::move(inner), this));
+  }
+
+  std::map<std::string, Seen> TakeSeen() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(seen_, {});
+  }
+
+ private:
+  class Recording final : public transport::Connection {
+   public:
+    Recording(std::unique_ptr<transport::Connection> inner, BurstRecorder* recorder)
+        : inner_(std::move(inner)), recorder_(recorder) {}
+    void Call(transport::Request request, transport::ResponseCallback done) override {
+      if (request.method == recorder_->method_) {
+        absl::MutexLock lock(&recorder_->mu_);
+        Seen& seen = recorder_->seen_[address()];
+        seen.payload_bytes += request.payload.size();
+        seen.bursts.push_back(request.burst_bytes);
+      }
+      inner_->Call(std::move(request), std::move(done));
+    }
+    void Shutdown() override { inner_->Shutdown(); }
+    const std::string& address() const override { return inner_->address(); }
+
+   private:
+    const std::unique_ptr<transport::Connection> inner_;
+    BurstRecorder* const recorder_;
+  };
+
+  const std::shared_ptr<transport::Transport> inner_;
+  const uint32_t method_;
+  absl::Mutex mu_;
+  std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hetps::testing
+
+#endif  // HETPS_TESTS_TESTING_BURST_RECORDER_H_
