@@ -164,8 +164,12 @@ TEST(PsServerUcxTest, UcxListensWithinThePortRangeAndWorkersTrainThroughIt) {
   const int low = 20000 + static_cast<int>(getpid() % 2000) * 10;
   const std::string range = absl::StrCat(low, "-", low + 9);
   LocalCluster cluster;
-  ASSERT_TRUE(
-      cluster.Start(1, 1, {"--transport=ucx", "--ucx_port_range=" + range}, {"UCX_TLS=tcp"}).ok());
+  // No gRPC bulk port (--grpc_bulk_port), so every port but --port is UCX's.
+  ASSERT_TRUE(cluster
+                  .Start(1, 1,
+                         {"--transport=ucx", "--ucx_port_range=" + range, "--grpc_bulk_port=-1"},
+                         {"UCX_TLS=tcp"})
+                  .ok());
   const std::string log = cluster.dir() + "/worker.log";
   Subprocess worker(
       {BinaryPath("worker/examples/linear_regression"), "--servers=" + cluster.servers_flag(),
