@@ -95,16 +95,9 @@ TEST(FloorRunnerTest, EveryEchoNamesWhatItsOperationMovesOverItsConnection) {
   settings.chunk_bytes = 1024;
   settings.warmup = 0;
   ASSERT_TRUE((*floor)->Measure(settings, /*iterations=*/1).ok());
-  std::map<std::string, testing::BurstRecorder::Seen> seen = recorder->TakeSeen();
-  ASSERT_EQ(seen.size(), 2u);
-  size_t total = 0;
-  for (const auto& [address, calls] : seen) {
-    ASSERT_GT(calls.bursts.size(), 1u) << address;
-    // As the client does (ClientBurstTest): each call names its connection's share.
-    for (size_t burst : calls.bursts) EXPECT_EQ(burst, calls.payload_bytes) << address;
-    total += calls.payload_bytes;
-  }
-  EXPECT_EQ(total, settings.bytes);
+  // As the client does (ClientBurstTest).
+  testing::ExpectEachCallNamesItsConnectionsShare(recorder->TakeSeen(), /*connections=*/2,
+                                                  settings.bytes);
 }
 
 TEST(PsBenchTest, EmbeddedSweepChecksEveryValueAndWritesJson) {

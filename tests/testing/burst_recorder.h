@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
 #include "transport/transport.h"
 
 namespace hetps::testing {
@@ -72,6 +73,21 @@ class BurstRecorder final : public transport::Transport {
   absl::Mutex mu_;
   std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
 };
+
+// What an operation of `total_bytes` split over `connections` connections must have named: on
+// each connection several calls, each with that connection's share (all its payloads).
+inline void ExpectEachCallNamesItsConnectionsShare(
+    const std::map<std::string, BurstRecorder::Seen>& seen, size_t connections,
+    size_t total_bytes) {
+  ASSERT_EQ(seen.size(), connections);
+  size_t total = 0;
+  for (const auto& [address, calls] : seen) {
+    ASSERT_GT(calls.bursts.size(), 1u) << address;
+    for (size_t burst : calls.bursts) EXPECT_EQ(burst, calls.payload_bytes) << address;
+    total += calls.payload_bytes;
+  }
+  EXPECT_EQ(total, total_bytes);
+}
 
 }  // namespace hetps::testing
 

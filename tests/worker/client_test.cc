@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -350,16 +349,8 @@ TEST(ClientBurstTest, EveryCallNamesWhatItsOperationMovesToItsShard) {
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> gradient(10000, 1.0f);
   ASSERT_TRUE((*client)->Push(*id, gradient, 0).Wait().ok());
-  std::map<std::string, testing::BurstRecorder::Seen> seen = recorder->TakeSeen();
-  ASSERT_EQ(seen.size(), 2u);
-  size_t total = 0;
-  for (const auto& [address, calls] : seen) {
-    ASSERT_GT(calls.bursts.size(), 1u) << address;  // several messages to each shard
-    // Each call names its shard's share of the operation: the payloads of all of them.
-    for (size_t burst : calls.bursts) EXPECT_EQ(burst, calls.payload_bytes) << address;
-    total += calls.payload_bytes;
-  }
-  EXPECT_EQ(total, gradient.size() * sizeof(float));
+  testing::ExpectEachCallNamesItsConnectionsShare(recorder->TakeSeen(), /*connections=*/2,
+                                                  gradient.size() * sizeof(float));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ClientTest,
