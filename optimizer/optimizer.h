@@ -24,16 +24,24 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/half.h"
 
 namespace hetps {
 
 using OptimizerParams = std::map<std::string, double>;
 
+// A gradient still in the 16-bit format it travelled in (bf16 or fp16).
+struct NarrowGradient {
+  const uint16_t* values = nullptr;
+  FloatFormat format = FloatFormat::kBf16;
+};
+
 struct UpdateArgs {
   // Current weights. May equal weights_out (in-place update).
   const float* weights_in = nullptr;
   float* weights_out = nullptr;
-  // The gradients to apply, summed in this order. At least one.
+  // The gradients to apply, summed in this order. At least one. A null one is in 16 bits, in
+  // narrow_gradients below.
   absl::Span<const float* const> gradients;
   // state_slots() arrays of `size` floats each, set by InitializeState before the first step.
   absl::Span<float* const> state;
@@ -44,6 +52,14 @@ struct UpdateArgs {
   // Optional, with more than one gradient: receives their sum (`size` floats), exactly the
   // values the rule was applied to (replication sends it to a backup).
   float* gradient_sum_out = nullptr;
+  // Where gradients[i] is null, narrow_gradients[i] holds that gradient (then there is an entry
+  // per gradient): the update widens it a block at a time as it reads it, with no fp32 copy of
+  // the whole.
+  absl::Span<const NarrowGradient> narrow_gradients;
+  // Optional: also receives the new weights in `narrow_format` (bf16 or fp16), narrowed from
+  // each block just written (what pulls in that format send).
+  uint16_t* narrow_weights_out = nullptr;
+  FloatFormat narrow_format = FloatFormat::kBf16;
 };
 
 class Optimizer {
@@ -58,6 +74,10 @@ class Optimizer {
   // The hyperparameters, defaults filled in.
   virtual const OptimizerParams& params() const = 0;
 };
+
+// Runs `rule`'s update on elements [begin, end) of `args` (every pointer offset by `begin`).
+// Ranges of one update may run on different threads at once.
+void UpdateRange(const Optimizer& rule, const UpdateArgs& args, size_t begin, size_t end);
 
 }  // namespace hetps
 

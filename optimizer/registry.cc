@@ -57,10 +57,6 @@ std::vector<std::string> RegisteredOptimizers() {
   return names;
 }
 
-void Optimizer::InitializeState(absl::Span<float* const> state, size_t size) const {
-  for (float* slot : state) std::fill(slot, slot + size, 0.0f);
-}
-
 OptimizerParamsReader::OptimizerParamsReader(absl::string_view optimizer,
                                              const OptimizerParams& params)
     : optimizer_(optimizer), params_(params) {}
@@ -73,8 +69,7 @@ double OptimizerParamsReader::Lookup(absl::string_view name, double default_valu
   return value;
 }
 
-void OptimizerParamsReader::Fail(absl::string_view name, double value,
-                                 absl::string_view expected) {
+void OptimizerParamsReader::Fail(absl::string_view name, double value, absl::string_view expected) {
   if (error_.ok()) {
     error_ = absl::InvalidArgumentError(
         absl::StrFormat("%s: %s must be %s, got %g", optimizer_, name, expected, value));

@@ -10,7 +10,6 @@
 #include "common/cycle_clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "server/blocked_update.h"
 #include "server/request_util.h"
 
 namespace hetps::server {
@@ -263,33 +262,37 @@ void Partition::Apply(absl::Span<const HeldGradient> gradients, float* gradient_
     // A checkpointed partition keeps the buffer it leaves for the next copy on write.
     if (config_.checkpoint && out != weights_) spare_weights_ = weights_;
   }
-  absl::InlinedVector<GradientSource, 8> sources;
-  for (const HeldGradient& held : gradients) {
-    const uint16_t* narrow =
-        held.data != nullptr ? nullptr
-                             : reinterpret_cast<const uint16_t*>(held.payload.segments()[0].data());
-    sources.push_back(GradientSource{held.data, narrow, held.format});
+  absl::InlinedVector<const float*, 8> values;
+  absl::InlinedVector<NarrowGradient, 8> narrow(gradients.size());
+  bool any_narrow = false;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    values.push_back(gradients[i].data);
+    if (gradients[i].data != nullptr) continue;
+    any_narrow = true;
+    narrow[i] = {reinterpret_cast<const uint16_t*>(gradients[i].payload.segments()[0].data()),
+                 gradients[i].format};
   }
-  BlockedUpdate update;
-  update.rule = &OptimizerForNextStep();
-  update.args.weights_in = weights_->data();
-  update.args.weights_out = out->data();
-  update.args.state = state_slots_;
-  update.args.size = config_.range.size;
-  update.args.step = version();
-  update.args.gradient_sum_out = gradient_sum_out;
-  update.gradients = sources;
+  const Optimizer& rule = OptimizerForNextStep();
+  UpdateArgs args;
+  args.weights_in = weights_->data();
+  args.weights_out = out->data();
+  args.gradients = values;
+  if (any_narrow) args.narrow_gradients = narrow;
+  args.state = state_slots_;
+  args.size = config_.range.size;
+  args.step = version();
+  args.gradient_sum_out = gradient_sum_out;
   if (wire_format_ != FloatFormat::kFp32) {
-    update.narrow_format = wire_format_;
-    update.narrow_out = PrepareWireCopy(wire_format_, version() + 1);
+    args.narrow_format = wire_format_;
+    args.narrow_weights_out = PrepareWireCopy(wire_format_, version() + 1);
   }
   const int64_t start = config_.apply_duration != nullptr ? CycleClock::Now() : 0;
-  if (config_.kernel_pool != nullptr && update.args.size >= kParallelElements) {
+  if (config_.kernel_pool != nullptr && args.size >= kParallelElements) {
     config_.kernel_pool->ParallelFor(
-        update.args.size, kPartitionAlignElements,
-        [&update](size_t begin, size_t end) { UpdateRange(update, begin, end); });
+        args.size, kPartitionAlignElements,
+        [&rule, &args](size_t begin, size_t end) { UpdateRange(rule, args, begin, end); });
   } else {
-    UpdateRange(update, 0, update.args.size);
+    rule.Update(args);
   }
   if (start != 0) config_.apply_duration->ObserveTicks(CycleClock::Now() - start);
   weights_ = std::move(out);

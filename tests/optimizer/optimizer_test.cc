@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "common/aligned_buffer.h"
+#include "common/half.h"
 #include "common/simd.h"
 #include "gtest/gtest.h"
+#include "optimizer/gradient_sum.h"
 #include "optimizer/registry.h"
 
 namespace hetps {
@@ -27,9 +29,8 @@ double Param(const OptimizerParams& params, const std::string& name, double defa
 
 // One step of the rule in double precision. `t` is torch's step count (1 on the first step).
 // `s` holds the state slots in the rule's order.
-void ReferenceStep(const std::string& rule, const OptimizerParams& p, int t,
-                   std::vector<double>& w, std::vector<std::vector<double>>& s,
-                   const std::vector<double>& grad) {
+void ReferenceStep(const std::string& rule, const OptimizerParams& p, int t, std::vector<double>& w,
+                   std::vector<std::vector<double>>& s, const std::vector<double>& grad) {
   const double sign = Param(p, "maximize", 0) ? -1 : 1;
   for (size_t i = 0; i < w.size(); ++i) {
     double g = sign * grad[i];
@@ -171,6 +172,92 @@ TEST_P(OptimizerTest, EverySimdLevelGivesTheSameBits) {
   SetActiveSimdLevel(best);
 }
 
+// Gradients left in their 16-bit wire formats are widened as the update reads them, and the new
+// weights narrowed as it writes them: bit for bit what widening everything first and narrowing
+// after gives, for one 16-bit gradient alone and for a mix, over several blocks, a last partial
+// block, and a range cut in two pieces that are not whole blocks.
+TEST_P(OptimizerTest, SixteenBitGradientsAndWeightsEqualWideningFirst) {
+  constexpr size_t n = 3 * kGradientBlock + 123;
+  constexpr size_t cut = kGradientBlock + 1000;
+  const std::vector<std::vector<FloatFormat>> mixes = {
+      {FloatFormat::kBf16},
+      {FloatFormat::kFp16},
+      {FloatFormat::kBf16, FloatFormat::kFp32, FloatFormat::kFp16}};
+  for (const std::vector<FloatFormat>& formats : mixes) {
+    for (FloatFormat pulled : {FloatFormat::kBf16, FloatFormat::kFp16}) {
+      absl::StatusOr<std::unique_ptr<Optimizer>> rule =
+          CreateOptimizer(GetParam().rule, GetParam().params);
+      ASSERT_TRUE(rule.ok()) << rule.status();
+      const size_t slots = static_cast<size_t>((*rule)->state_slots());
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal;
+      // [0]: the fused update, [1]: the reference (fp32 gradients, narrowed afterwards).
+      std::vector<float> weights[2], state[2];
+      std::vector<float*> state_slots[2];
+      for (int k = 0; k < 2; ++k) {
+        weights[k].resize(n);
+        state[k].resize(n * slots);
+        for (size_t s = 0; s < slots; ++s) state_slots[k].push_back(state[k].data() + s * n);
+      }
+      for (size_t i = 0; i < n; ++i) weights[0][i] = weights[1][i] = normal(rng);
+      (*rule)->InitializeState(state_slots[0], n);
+      (*rule)->InitializeState(state_slots[1], n);
+      std::vector<uint16_t> narrow_out(n), expected_out(n);
+      for (uint64_t step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> wide(formats.size(), std::vector<float>(n));
+        std::vector<std::vector<uint16_t>> narrow(formats.size(), std::vector<uint16_t>(n));
+        std::vector<const float*> fused_gradients, reference_gradients;
+        std::vector<NarrowGradient> narrow_gradients;
+        for (size_t r = 0; r < formats.size(); ++r) {
+          for (size_t i = 0; i < n; ++i) wide[r][i] = normal(rng);
+          if (formats[r] != FloatFormat::kFp32) {
+            ConvertFloats(wide[r].data(), FloatFormat::kFp32, narrow[r].data(), formats[r], n);
+            ConvertFloats(narrow[r].data(), formats[r], wide[r].data(), FloatFormat::kFp32, n);
+          }
+          const bool is_narrow = formats[r] != FloatFormat::kFp32;
+          fused_gradients.push_back(is_narrow ? nullptr : wide[r].data());
+          narrow_gradients.push_back(is_narrow ? NarrowGradient{narrow[r].data(), formats[r]}
+                                               : NarrowGradient{});
+          reference_gradients.push_back(wide[r].data());
+        }
+        std::vector<float> sums[2] = {std::vector<float>(n), std::vector<float>(n)};
+        UpdateArgs args;
+        args.weights_in = weights[0].data();
+        args.weights_out = weights[0].data();
+        args.gradients = fused_gradients;
+        args.narrow_gradients = narrow_gradients;
+        args.state = state_slots[0];
+        args.size = n;
+        args.step = step;
+        if (formats.size() > 1) args.gradient_sum_out = sums[0].data();
+        args.narrow_weights_out = narrow_out.data();
+        args.narrow_format = pulled;
+        UpdateRange(**rule, args, 0, cut);
+        UpdateRange(**rule, args, cut, n);
+
+        UpdateArgs reference = args;
+        reference.weights_in = weights[1].data();
+        reference.weights_out = weights[1].data();
+        reference.gradients = reference_gradients;
+        reference.narrow_gradients = {};
+        reference.state = state_slots[1];
+        if (formats.size() > 1) reference.gradient_sum_out = sums[1].data();
+        reference.narrow_weights_out = nullptr;
+        (*rule)->Update(reference);
+        ConvertFloats(weights[1].data(), FloatFormat::kFp32, expected_out.data(), pulled, n);
+
+        const std::string what = GetParam().name + ", " + std::to_string(formats.size()) +
+                                 " gradients, step " + std::to_string(step);
+        ASSERT_EQ(0, std::memcmp(weights[0].data(), weights[1].data(), n * sizeof(float))) << what;
+        ASSERT_EQ(0, std::memcmp(state[0].data(), state[1].data(), n * slots * sizeof(float)))
+            << what;
+        ASSERT_EQ(narrow_out, expected_out) << what;
+        ASSERT_EQ(0, std::memcmp(sums[0].data(), sums[1].data(), n * sizeof(float))) << what;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Rules, OptimizerTest,
     ::testing::Values(
@@ -194,9 +281,8 @@ INSTANTIATE_TEST_SUITE_P(
              {{"lr", 0.01}, {"momentum", 0.9}, {"centered", 1}, {"weight_decay", 0.01}}},
         Case{"RmspropMomentum", "rmsprop", {{"lr", 0.01}, {"momentum", 0.5}, {"alpha", 0.9}}},
         Case{"AdamWeightDecay", "adam", {{"lr", 0.01}, {"weight_decay", 0.01}}},
-        Case{"AdamAmsgrad",
-             "adam",
-             {{"lr", 0.01}, {"amsgrad", 1}, {"beta1", 0.8}, {"beta2", 0.99}}},
+        Case{
+            "AdamAmsgrad", "adam", {{"lr", 0.01}, {"amsgrad", 1}, {"beta1", 0.8}, {"beta2", 0.99}}},
         Case{"AdamW", "adamw", {{"lr", 0.01}, {"weight_decay", 0.1}}},
         Case{"AdamWAmsgradMaximize", "adamw", {{"lr", 0.01}, {"amsgrad", 1}, {"maximize", 1}}},
         Case{"Sum", "sum", {}}),

@@ -12,8 +12,8 @@
 #include "common/half.h"
 #include "common/thread_pool.h"
 #include "gtest/gtest.h"
+#include "optimizer/gradient_sum.h"
 #include "optimizer/registry.h"
-#include "server/blocked_update.h"
 
 namespace hetps::server {
 namespace {
@@ -304,7 +304,7 @@ TEST_F(PartitionTest, SixteenBitPullsAreConvertedOncePerVersion) {
 // written in the same pass: bit for bit what widening first and narrowing after gives, over many
 // blocks, a piece split across fragments, and a range spread over the kernel pool.
 TEST_F(PartitionTest, SixteenBitStepsAcrossBlocksEqualWideningFirst) {
-  const size_t n = Partition::kParallelElements + 3 * kUpdateBlockElements + 123;
+  const size_t n = Partition::kParallelElements + 3 * kGradientBlock + 123;
   ThreadPool pool(2, "test-kernels");
   const OptimizerParams adam = {{"lr", 0.01}};
   auto fused = Make(hetps::v1::SYNC_MODE_BSP, 2, n, 0.5f, "adam", adam, &pool);
