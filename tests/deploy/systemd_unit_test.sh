@@ -49,6 +49,11 @@ for _ in $(seq 200); do
 done
 [ -s "$work/port" ] || { echo "the shard did not start"; cat "$work/shard.log"; exit 1; }
 grep -q "listening on 127.0.0.1:$(cat "$work/port")" "$work/shard.log" || { cat "$work/shard.log"; exit 1; }
+# The bulk port it picked (HETPS_BULK_PORT=0 here) is in the log, and it is listening.
+bulk_port=$(grep -o 'bulk port 127.0.0.1:[0-9]*' "$work/shard.log" | head -n 1 | sed 's/.*://' || true)
+[ -n "$bulk_port" ] && [ "$bulk_port" != 0 ] || { echo "no bulk port in the log"; cat "$work/shard.log"; exit 1; }
+python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 5).close()' \
+  "$bulk_port" || { echo "nothing listens on the bulk port $bulk_port"; exit 1; }
 if grep -q "$(cat "$CREDENTIALS_DIRECTORY/token")" "$work/shard.log"; then
   echo "the token shows in the log"
   exit 1

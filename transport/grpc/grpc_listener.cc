@@ -320,6 +320,11 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Start(const std::str
   if (!server.ok()) return server.status();
   listener->server_ = *std::move(server);
   listener->address_ = absl::StrCat(host, ":", port);
+  // An operator opening ports for a firewall needs this one too (0 picks any free one).
+  if (bulk_port != 0) {
+    LogInfo("grpc: %s takes bursts of %d MiB and more on its bulk port %s:%d", listener->address_,
+            kBulkBurstBytes >> 20, host, bulk_port);
+  }
   return listener;
 }
 
