@@ -9,6 +9,10 @@
 //               is a plain loop run like the rules (same SIMD level, ordinary stores), so both
 //               pay for memory the same way; glibc's memcpy uses other stores for large copies.
 //
+// Rules labelled _bf16 run as a shard does for a bf16 tensor: one gradient as it arrived in bf16,
+// widened as the rule reads it, and the new weights' bf16 copy (what pulls send) written too;
+// their traffic counts 2 bytes less for the gradient and 2 more for the copy.
+//
 //   optimizer_bench                                   # the whole sweep (a few minutes)
 //   optimizer_bench --benchmark_filter='adam/.*/threads:1'
 //   optimizer_bench --max_bytes=1048576               # only sizes up to 1 MiB
@@ -24,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "common/aligned_buffer.h"
+#include "common/half.h"
 #include "common/simd.h"
 #include "optimizer/registry.h"
 
@@ -34,6 +39,7 @@ struct RuleCase {
   std::string label;
   std::string rule;
   OptimizerParams params;
+  FloatFormat wire = FloatFormat::kFp32;  // the gradient's and the pulled weights' format
 };
 
 const std::vector<RuleCase>& Cases() {
@@ -45,6 +51,8 @@ const std::vector<RuleCase>& Cases() {
       {"adam", "adam", {}},
       {"adamw", "adamw", {}},
       {"sum", "sum", {}},
+      {"adam_bf16", "adam", {}, FloatFormat::kBf16},
+      {"sum_bf16", "sum", {}, FloatFormat::kBf16},
   };
   return *cases;
 }
@@ -121,10 +129,26 @@ void RunRule(benchmark::State& state, const RuleCase* rule_case,
   for (int k = 0; k < optimizer->state_slots(); ++k) slots.push_back(state_memory.data() + k * n);
   optimizer->InitializeState(slots, n);
   const float* gradients[] = {gradient.data()};
+  // 16-bit: the gradient in the wire format, and room for the weights' copy in it.
+  AlignedBuffer narrow_gradient, narrow_weights;
+  NarrowGradient narrow[1];
+  if (rule_case->wire != FloatFormat::kFp32) {
+    narrow_gradient = *AlignedBuffer::AllocateZeroed((n + 1) / 2);
+    narrow_weights = *AlignedBuffer::AllocateZeroed((n + 1) / 2);
+    auto* bits = reinterpret_cast<uint16_t*>(narrow_gradient.data());
+    ConvertFloats(gradient.data(), FloatFormat::kFp32, bits, rule_case->wire, n);
+    gradients[0] = nullptr;
+    narrow[0] = {bits, rule_case->wire};
+  }
   UpdateArgs args;
   args.weights_in = weights.data();
   args.weights_out = weights.data();
   args.gradients = gradients;
+  if (rule_case->wire != FloatFormat::kFp32) {
+    args.narrow_gradients = narrow;
+    args.narrow_weights_out = reinterpret_cast<uint16_t*>(narrow_weights.data());
+    args.narrow_format = rule_case->wire;
+  }
   args.state = slots;
   args.size = static_cast<size_t>(n);
   const auto start = std::chrono::steady_clock::now();
