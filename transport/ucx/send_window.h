@@ -43,7 +43,7 @@ class SendWindow {
   // Runs `send` now if the window has room, else after Done() of an earlier one. `send` must
   // lead to exactly one Done().
   void Send(absl::AnyInvocable<void()> send) {
-    if (in_flight_ >= limit()) {
+    if (started_.size() >= static_cast<size_t>(limit())) {
       waiting_.push_back(std::move(send));
       return;
     }
@@ -51,22 +51,19 @@ class SendWindow {
   }
   // A large send ended (sent or failed): waiting ones start while the window has room.
   void Done() {
-    if (in_flight_ > 0) {
-      --in_flight_;
+    if (!started_.empty()) {  // else a send from before Clear()
       const int64_t now = now_();
-      if (!started_.empty()) {
-        // Sends on one endpoint end in the order they started.
-        const int64_t began = std::max(started_.front(), last_end_);
-        started_.pop_front();
-        // Two under way share the link and tend to end together (one after the pair's time,
-        // the other at once): judge by the last two.
-        const int64_t took = now - began;
-        quick_ = (last_took_ < 0 ? took : (took + last_took_) / 2) < kQuickSendNanos;
-        last_took_ = took;
-      }
+      // Sends on one endpoint end in the order they started.
+      const int64_t began = std::max(started_.front(), last_end_);
+      started_.pop_front();
+      // Two under way share the link and tend to end together (one after the pair's time, the
+      // other at once): judge by the last two.
+      const int64_t took = now - began;
+      quick_ = (last_took_ < 0 ? took : (took + last_took_) / 2) < kQuickSendNanos;
+      last_took_ = took;
       last_end_ = now;
     }
-    while (!waiting_.empty() && in_flight_ < limit()) {
+    while (!waiting_.empty() && started_.size() < static_cast<size_t>(limit())) {
       absl::AnyInvocable<void()> next = std::move(waiting_.front());
       waiting_.pop_front();
       Start(std::move(next));
@@ -77,7 +74,6 @@ class SendWindow {
   void Clear() {
     waiting_.clear();
     started_.clear();
-    in_flight_ = 0;
     quick_ = false;
     last_took_ = -1;
   }
@@ -87,13 +83,11 @@ class SendWindow {
 
  private:
   void Start(absl::AnyInvocable<void()> send) {
-    ++in_flight_;
     started_.push_back(now_());
     send();  // may call Done() at once
   }
 
   int64_t (*const now_)();
-  int in_flight_ = 0;
   bool quick_ = false;
   int64_t last_end_ = 0;
   int64_t last_took_ = -1;       // none yet
