@@ -20,6 +20,8 @@
 # TCP_CC=reno (or another the kernel allows in a namespace) sets the namespaces' TCP congestion
 # control; they inherit the host's otherwise (printed).
 # UCX runs over TCP (shared memory would pass between namespaces).
+# CHECK=1 has ps-bench check every pulled value (and fail on a wrong one); off by default, as
+# the check's time counts in the step.
 set -euo pipefail
 
 build_dir=${1:-build}
@@ -34,6 +36,7 @@ delay_ms=${DELAY_MS:-0}
 steps=${STEPS:-20}
 partition_bytes=${PARTITION_BYTES:-1048576}
 tcp_cc=${TCP_CC:-}
+check=${CHECK:-0}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "skipped: needs root and iproute2 (ip, tc)"
   exit 77
@@ -190,7 +193,7 @@ for size in $sizes; do
     ip netns exec "${tag}-g$i" "$bench" --servers "$servers" --rank "$i" \
       --world_size "$workers" --transport "$transport" --op pushpull -b "$size" -f 1 \
       --iterations "$iterations" --warmup 2 --timeout_s 120 --partition_bytes "$partition_bytes" \
-      --json "$run_dir/bench-$size-$i.json" \
+      --json "$run_dir/bench-$size-$i.json" $([ "$check" = 1 ] && echo --check) \
       >"$run_dir/bench-$size-$i.log" 2>&1 &
     bench_pids+=($!)
     pids+=($!)

@@ -256,6 +256,23 @@ TEST(RendezvousThresholdTest, EagerUpToHalfAMebibyteUnlessRdmaOrTheUserSaysOther
   unsetenv("UCX_RNDV_THRESH");
 }
 
+// Lanes as DescribeLanes gives them (ucp_ep_print_info's lines): TCP through a network device
+// may send large messages eagerly; loopback TCP, shared memory and RDMA may not.
+TEST(LanesTest, OnlyTcpThroughANetworkDeviceCrossesANetwork) {
+  EXPECT_TRUE(LanesCrossANetworkOverTcp(
+      "lane[0]:  0:tcp/eth0.0 md[0]   -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0 wireup"));
+  EXPECT_TRUE(LanesCrossANetworkOverTcp(
+      "lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] am; lane[1]:  1:tcp/veth1.0 md[0] "
+      "-> md[0]/tcp/sysdev[255] am_bw#0"));
+  EXPECT_FALSE(LanesCrossANetworkOverTcp(
+      "lane[0]:  0:tcp/lo.0 md[0]   -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0 wireup"));
+  EXPECT_FALSE(LanesCrossANetworkOverTcp(
+      "lane[0]:  2:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0; lane[1]:  "
+      "4:cma/memory.0 md[4]  -> md[4]/cma/sysdev[255] rma_bw#0"));
+  EXPECT_FALSE(LanesCrossANetworkOverTcp("lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1] -> am am_bw#0"));
+  EXPECT_FALSE(LanesCrossANetworkOverTcp("unknown"));
+}
+
 }  // namespace
 }  // namespace hetps::transport::ucx_internal
 #endif  // HETPS_HAVE_UCX

@@ -300,7 +300,9 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
   }
   if (!lanes_logged && ep != nullptr) {
     lanes_logged = true;
-    LogInfo("ucx: connected to %s over %s", address, DescribeLanes(ep));
+    const std::string lanes = DescribeLanes(ep);
+    LogInfo("ucx: connected to %s over %s", address, lanes);
+    large_sends.AllowEager(LanesCrossANetworkOverTcp(lanes));
   }
   if (frame.status_code != 0) {
     tracker->Finish(call,
@@ -326,7 +328,7 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
     iov.push_back({buffer, length});
   }
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    size_t offset = 0;  // eager: small, copied straight to where it belongs
+    size_t offset = 0;  // eager (small, or a slow link's): copied straight to where it belongs
     for (const ucp_dt_iov_t& piece : iov) {
       std::memcpy(piece.buffer, static_cast<const uint8_t*>(data) + offset, piece.length);
       offset += piece.length;
@@ -515,8 +517,9 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
     }
     if (!sink.empty()) core->sinks[id] = std::move(sink);
     const bool large = payload.size() >= SendWindow::kLargeBytes;
+    const size_t bytes = payload.size();
     auto send = [core, id, large, frame, method_header = std::move(method_header),
-                 payload = std::move(payload)]() mutable {
+                 payload = std::move(payload)](bool eager) mutable {
       if (core->ep == nullptr) {  // the connection failed while this waited
         if (large) core->large_sends.Done();
         core->tracker->Finish(
@@ -524,7 +527,7 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
         return;
       }
       frame.text = method_header;  // here: the task (and the string) may have moved
-      SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload),
+      SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload), eager,
                 [core, id, large](ucs_status_t status) {
                   if (large) core->large_sends.Done();
                   if (status == UCS_OK) return;
@@ -533,9 +536,9 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
                 });
     };
     if (large) {
-      core->large_sends.Send(std::move(send));
+      core->large_sends.Send(bytes, std::move(send));
     } else {
-      send();
+      send(/*eager=*/false);  // UCX's choice: eager below the rendezvous threshold
     }
   });
   if (!posted) {
@@ -569,7 +572,8 @@ void UcxConnection::Shutdown() {
         absl::MutexLock lock(&core->mu);
         goodbye.connection_id = core->server_id;
       }
-      SendFrame(*core->worker, core->ep, kRequestAm, goodbye, Payload(), [](ucs_status_t) {});
+      SendFrame(*core->worker, core->ep, kRequestAm, goodbye, Payload(), /*eager=*/false,
+                [](ucs_status_t) {});
       CloseEndpoint(*core->worker, core->ep, /*force=*/false);
     }
     core->ep = nullptr;

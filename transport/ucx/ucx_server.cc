@@ -70,9 +70,10 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   void MaybeUnpark(uint64_t peer);
   void Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Response> result,
              bool answers_request);
-  // Sends a reply now; `large` ones hold a place in the peer's window until sent.
+  // Sends a reply now; `large` ones hold a place in the peer's window until sent, and go
+  // eagerly if the window says so.
   void SendReply(uint64_t peer, uint64_t call_id, bool answers_request,
-                 absl::StatusOr<Response> result, bool large);
+                 absl::StatusOr<Response> result, bool large, bool eager);
   void Bootstrap(Request request, ReplyCallback reply);
   void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
@@ -96,7 +97,9 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   }
   if (!peer->second.lanes_logged) {
     peer->second.lanes_logged = true;
-    LogInfo("ucx: peer %d connected over %s", peer->first, DescribeLanes(peer->second.ep));
+    const std::string lanes = DescribeLanes(peer->second.ep);
+    LogInfo("ucx: peer %d connected over %s", peer->first, lanes);
+    peer->second.large_replies.AllowEager(LanesCrossANetworkOverTcp(lanes));
   }
   if (header_length + length > max_message_bytes) {
     Reply(peer->first, frame->call_id,
@@ -116,7 +119,7 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   uint8_t* destination = nullptr;
   Payload payload = length > 0 ? worker->Buffer(length, &destination) : Payload();
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    if (length > 0) std::memcpy(destination, data, length);  // eager: small
+    if (length > 0) std::memcpy(destination, data, length);  // eager: small, or a slow link's
     Deliver(*frame, std::string(frame->text), std::move(payload));
     return UCS_OK;
   }
@@ -223,18 +226,20 @@ void UcxListener::Core::Reply(uint64_t peer, uint64_t call_id, absl::StatusOr<Re
     if (it == core->peers.end()) return;  // the client is gone
     const bool large = result.ok() && result->payload.size() >= SendWindow::kLargeBytes;
     if (!large) {
-      core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/false);
+      core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/false,
+                      /*eager=*/false);
       return;
     }
-    it->second.large_replies.Send(
-        [core, peer, call_id, answers_request, result = std::move(result)]() mutable {
-          core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/true);
-        });
+    const size_t bytes = result->payload.size();
+    it->second.large_replies.Send(bytes, [core, peer, call_id, answers_request,
+                                          result = std::move(result)](bool eager) mutable {
+      core->SendReply(peer, call_id, answers_request, std::move(result), /*large=*/true, eager);
+    });
   });
 }
 
 void UcxListener::Core::SendReply(uint64_t peer, uint64_t call_id, bool answers_request,
-                                  absl::StatusOr<Response> result, bool large) {
+                                  absl::StatusOr<Response> result, bool large, bool eager) {
   auto it = peers.find(peer);
   if (it == peers.end()) return;  // the client is gone (with its window)
   UcxFrame frame;
@@ -252,7 +257,7 @@ void UcxListener::Core::SendReply(uint64_t peer, uint64_t call_id, bool answers_
   const size_t bytes = EncodedUcxFrameSize(frame) + payload.size();
   std::shared_ptr<internal::ServerConnection> connection = it->second.connection;
   connection->Answered(bytes, answers_request);
-  SendFrame(*worker, it->second.ep, kResponseAm, frame, std::move(payload),
+  SendFrame(*worker, it->second.ep, kResponseAm, frame, std::move(payload), eager,
             [core = shared_from_this(), peer, connection, bytes, large](ucs_status_t status) {
               if (status != UCS_OK) {
                 LogWarning("ucx: a reply was not delivered: %s", ucs_status_string(status));
@@ -345,7 +350,8 @@ void UcxListener::Core::SayGoodbye(Peer& peer) {
   UcxFrame goodbye;
   goodbye.method = kGoodbyeMethod;
   goodbye.connection_id = peer.client_connection;
-  SendFrame(*worker, peer.ep, kResponseAm, goodbye, Payload(), [](ucs_status_t) {});
+  SendFrame(*worker, peer.ep, kResponseAm, goodbye, Payload(), /*eager=*/false,
+            [](ucs_status_t) {});
 }
 
 void UcxListener::Core::Drop(uint64_t peer) {

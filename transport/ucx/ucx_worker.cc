@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -383,7 +384,7 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
 }
 
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done) {
+               Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done) {
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
   // Data-path headers fit inline (no allocation of their own).
   struct SendState {
@@ -403,6 +404,10 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& f
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   const UcxBuffer buffer = DescribePieces(absl::MakeSpan(state->iov));
   param.datatype = buffer.datatype;
+  if (eager) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
   param.user_data = state;
   param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     auto* sent = static_cast<SendState*>(user_data);
@@ -480,6 +485,17 @@ std::string DescribeLanes(ucp_ep_h ep) {
   }
   std::free(text);
   return lanes.empty() ? "unknown" : absl::StrJoin(lanes, "; ");
+}
+
+bool LanesCrossANetworkOverTcp(absl::string_view lanes) {
+  // A TCP lane reads "0:tcp/eth0.0 md[0] ..."; loopback's device is "lo".
+  for (absl::string_view lane : absl::StrSplit(lanes, "; ")) {
+    const size_t at = lane.find(":tcp/");
+    if (at != absl::string_view::npos && !absl::StartsWith(lane.substr(at), ":tcp/lo.")) {
+      return true;
+    }
+  }
+  return false;
 }
 
 size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir) {

@@ -187,8 +187,10 @@ struct UcxBuffer {
 };
 UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 
+// Sends `frame` and `payload` as active message `am_id`; `eager` makes UCX send it eagerly
+// whatever its size (SendWindow: a slow link), else UCX picks by the rendezvous threshold.
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
-               Payload payload, absl::AnyInvocable<void(ucs_status_t)> done);
+               Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done);
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
@@ -207,6 +209,9 @@ size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir = "/sys
 
 // Which UCX transports an endpoint uses, for the log ("tcp/lo", "posix/memory", ...).
 std::string DescribeLanes(ucp_ep_h ep);
+// Whether lanes (as DescribeLanes puts them) carry messages over TCP through a network device,
+// not loopback: where a large message may have to go eagerly (SendWindow).
+bool LanesCrossANetworkOverTcp(absl::string_view lanes);
 
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
