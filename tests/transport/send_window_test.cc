@@ -1,7 +1,7 @@
 // The UCX connections' window of large sends: one under way until a send is seen to be quick,
 // then two, and one again after a slow one; the others started in order as earlier ones end,
-// none after the endpoint failed; eager sends on a slow link, with a rendezvous probe now and
-// then.
+// none after the endpoint failed; eager sends on a slow network link for a while, then the link
+// measured again.
 #include "transport/ucx/send_window.h"
 
 #include <vector>

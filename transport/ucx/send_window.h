@@ -93,7 +93,6 @@ class SendWindow {
     waiting_.clear();
     started_.clear();
     quick_ = false;
-    slow_ = false;
     last_took_ = -1;
     measured_ = 0;
     slow_in_a_row_ = 0;
@@ -104,9 +103,9 @@ class SendWindow {
   void AllowEager(bool allow) { allow_eager_ = allow; }
 
   // How many large sends may be under way now.
-  int limit() const { return quick_ && !slow_ ? kMaxInFlight : 1; }
+  int limit() const { return quick_ && !eager() ? kMaxInFlight : 1; }
   // Whether large messages go eagerly now.
-  bool eager() const { return slow_; }
+  bool eager() const { return slow_in_a_row_ >= kSlowInARow; }
 
  private:
   struct Started {
@@ -121,13 +120,13 @@ class SendWindow {
 
   void Start(size_t bytes, absl::AnyInvocable<void(bool eager)> send) {
     const int64_t now = now_();
-    if (slow_ && now >= eager_until_) {  // measure the link again
-      slow_ = false;
+    if (eager() && now >= eager_until_) {  // measure the link again
       last_took_ = -1;
       slow_in_a_row_ = 0;
     }
-    started_.push_back({now, bytes, slow_});
-    send(slow_);  // may call Done() at once
+    const bool eager = this->eager();
+    started_.push_back({now, bytes, eager});
+    send(eager);  // may call Done() at once
   }
   // A rendezvous send of `bytes` took the link `took` nanoseconds, ending `now`.
   void Measure(size_t bytes, int64_t took, int64_t now) {
@@ -140,23 +139,17 @@ class SendWindow {
         static_cast<double>(took) * 1e-9 * static_cast<double>(kEagerBelowBytesPerSecond);
     if (!allow_eager_ || ++measured_ <= kWarmUpSends) return;
     slow_in_a_row_ = slow ? slow_in_a_row_ + 1 : 0;
-    if (slow_in_a_row_ >= kSlowInARow) {
-      slow_ = true;
-      eager_until_ = now + kEagerHoldNanos;
-    } else if (!slow) {
-      slow_ = false;
-    }
+    if (eager()) eager_until_ = now + kEagerHoldNanos;
   }
 
   int64_t (*const now_)();
   bool quick_ = false;
-  bool slow_ = false;
   bool allow_eager_ = false;
   int64_t last_end_ = 0;
   int64_t last_took_ = -1;       // of the last rendezvous send; none yet
   int measured_ = 0;             // rendezvous sends measured
-  int slow_in_a_row_ = 0;        // the last rendezvous sends that were slow
-  int64_t eager_until_ = 0;      // while slow_
+  int slow_in_a_row_ = 0;        // the last rendezvous sends that were slow: eager from kSlowInARow
+  int64_t eager_until_ = 0;      // while eager()
   std::deque<Started> started_;  // the sends under way, oldest first
   std::deque<Waiting> waiting_;
 };
