@@ -240,6 +240,15 @@ class Shard final : public transport::RequestHandler {
   // At start: claims this shard's own partitions in etcd, or finds them served elsewhere (then
   // it rejoins as their backup, and keeps the run of its state that workers know).
   absl::Status ClaimOwnGroup();
+  // On the lease's thread, when etcd ended this shard's lease (unreachable for longer than it
+  // lasts) and granted another: registers the shard again under `granted` and names it in the
+  // records of the groups it serves, which nobody took over meanwhile. Aborted if one was
+  // taken over: this process's partitions of it are stale, and it serves nothing again.
+  absl::Status ReplaceLease(int64_t ended, int64_t granted);
+  // A record of `group` that names this shard as its server under one of this process's
+  // leases now names `granted`; Aborted if the group is served elsewhere while this shard
+  // holds served partitions of it.
+  absl::Status ReclaimGroup(uint32_t group, int64_t granted);
   // With replication, on the watcher thread every quarter lease: for each group, takes it over
   // when its server is gone and this shard holds complete copies (TakeOver); for the groups
   // this shard serves, drops a backup that is gone or restarted (ForgetBackup) and copies the
@@ -252,6 +261,9 @@ class Shard final : public transport::RequestHandler {
   void WatchBackup(uint32_t group, const GroupRecord& record);
   void TakeOver(uint32_t group, const GroupRecord& record);
   void ForgetBackup(uint32_t group, uint32_t backup);
+  // The backup applied the partition's batch: it may acknowledge what waited for it, once the
+  // lease holds.
+  void ConfirmReplicated(TensorRef tensor, Partition& partition);
   void CatchUp(uint32_t group, const GroupRecord& record);
   // (server/shard_catch_up.cc) Has the new backup declare `tensor` (its group's `partition`
   // names the group), ahead of its partitions' snapshots; waits until it has.
@@ -360,6 +372,11 @@ class Shard final : public transport::RequestHandler {
   // Before the replicator, which asks it where the backup is.
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<LeaseHolder> lease_;  // with etcd, from JoinCluster on
+  // The lease thread only: the leases this process held before lease_->id().
+  std::vector<int64_t> ended_leases_;
+  // Where the others reach this shard, once registered in etcd (empty before).
+  absl::Mutex member_mu_;
+  std::string advertised_ ABSL_GUARDED_BY(member_mu_);
   // Replication needs etcd, a peer transport and two shards.
   const bool replication_on_;
   // By group: the shard that serves it, as last read from etcd; and, for the groups this shard

@@ -2,6 +2,7 @@
 // address registered under the lease, the rule that a shard acknowledges updates only while
 // its lease is held, and who serves and who backs up each group of partitions (failover and
 // rejoin).
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <vector>
@@ -333,7 +334,10 @@ void Shard::ForEachPartitionOfGroup(uint32_t group,
 absl::Status Shard::JoinCluster() {
   if (options_.etcd.empty()) return absl::OkStatus();
   HETPS_ASSIGN_OR_RETURN(etcd_, EtcdClient::Connect(options_.etcd));
-  HETPS_ASSIGN_OR_RETURN(lease_, LeaseHolder::Start(etcd_.get(), options_.lease_ttl));
+  HETPS_ASSIGN_OR_RETURN(lease_, LeaseHolder::Start(etcd_.get(), options_.lease_ttl,
+                                                    [this](int64_t ended, int64_t granted) {
+                                                      return ReplaceLease(ended, granted);
+                                                    }));
   // A new run of this shard index ends the last one's lease: its registration goes now, not
   // when the lease runs out, and a process of it that still runs stops acknowledging.
   if (absl::StatusOr<EtcdClient::Value> last = FindMember(options_.shard_index);
@@ -362,12 +366,66 @@ absl::Status Shard::Register(const std::string& address) {
   const std::string advertised = options_.servers.size() == options_.num_shards
                                      ? options_.servers[options_.shard_index]
                                      : address;
-  HETPS_RETURN_IF_ERROR(etcd_->Put(MemberKey(options_.shard_index), advertised, lease_->id()));
+  {
+    absl::MutexLock lock(&member_mu_);
+    HETPS_RETURN_IF_ERROR(etcd_->Put(MemberKey(options_.shard_index), advertised, lease_->id()));
+    advertised_ = advertised;
+  }
   LogInfo("shard %d: registered %s in etcd at %s (key %s, lease %x of %s)", options_.shard_index,
           advertised, options_.etcd, MemberKey(options_.shard_index), lease_->id(),
           absl::FormatDuration(lease_->ttl()));
   serving_.store(true);
   return absl::OkStatus();
+}
+
+absl::Status Shard::ReplaceLease(int64_t ended, int64_t granted) {
+  ended_leases_.push_back(ended);
+  // Registered again first: a backup that finds this shard registered under another lease
+  // than the record names waits a lease before it takes the group over (ManageGroup), which
+  // the records' update below ends.
+  {
+    absl::MutexLock lock(&member_mu_);
+    if (!advertised_.empty()) {
+      HETPS_RETURN_IF_ERROR(etcd_->Put(MemberKey(options_.shard_index), advertised_, granted));
+    }
+  }
+  for (uint32_t group = 0; group < options_.num_shards; ++group) {
+    HETPS_RETURN_IF_ERROR(ReclaimGroup(group, granted));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::ReclaimGroup(uint32_t group, int64_t granted) {
+  const uint32_t me = options_.shard_index;
+  // A few tries: the watcher may write the record meanwhile (e.g. it forgets a backup).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    absl::StatusOr<GroupRecord> record = ReadGroup(group);
+    if (record.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+    if (!record.ok()) return record.status();
+    const bool named_here =
+        record->server == me && (record->server_lease == granted || record->server_lease == 0 ||
+                                 std::find(ended_leases_.begin(), ended_leases_.end(),
+                                           record->server_lease) != ended_leases_.end());
+    if (!named_here) {
+      bool serves_some = false;
+      ForEachPartitionOfGroup(group, [&](const TensorRef&, Partition* partition) {
+        serves_some = serves_some || !partition->is_backup();
+      });
+      if (!serves_some) return absl::OkStatus();
+      return absl::AbortedError(absl::StrFormat(
+          "shard %d serves the partitions placed on shard %d since epoch %d, taken over while "
+          "shard %d's lease was lost: this process's copies of them are out of date (restart "
+          "it: it rejoins as a backup)",
+          record->server, group, record->epoch, me));
+    }
+    if (record->server_lease == granted) return absl::OkStatus();
+    GroupRecord renewed = *record;
+    renewed.server_lease = granted;
+    HETPS_ASSIGN_OR_RETURN(bool written, WriteGroup(group, renewed));
+    if (written) return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      absl::StrFormat("the etcd record of group %d kept changing", group));
 }
 
 absl::StatusOr<EtcdClient::Value> Shard::FindMember(uint32_t index) const {

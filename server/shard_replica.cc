@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "optimizer/registry.h"
 #include "proto/reused_message.h"
@@ -105,21 +106,33 @@ void Shard::SendToBackup(TensorRef tensor, Partition& partition,
     return;
   }
   ReplicatorFor(static_cast<uint32_t>(backup))
-      ->Send(std::move(changes), [this, tensor = std::move(tensor), &partition, group,
-                                  backup](absl::Status status) {
-        if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
-          // The backup is gone (its lease ended) or lost its copies: once etcd names no backup,
-          // the group goes on without one rather than stall (the watcher does both).
-          ReportBackupLost(group, static_cast<uint32_t>(backup));
-          return;
-        }
-        // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
-        if (!status.ok()) return;
-        // Confirmed too late to be acknowledged: the partition acknowledges nothing from now on
-        // (its waiting requests end at their deadlines, saying why).
-        if (!CheckLease().ok()) return;
-        owners_[partition.owner()]->RunHereOrPost([tensor, &partition] { partition.Replicated(); });
-      });
+      ->Send(std::move(changes),
+             [this, tensor = std::move(tensor), &partition, group, backup](absl::Status status) {
+               if (status.code() == absl::StatusCode::kNotFound && CheckLease().ok()) {
+                 // The backup is gone (its lease ended) or lost its copies: once etcd names no
+                 // backup, the group goes on without one rather than stall (the watcher does both).
+                 ReportBackupLost(group, static_cast<uint32_t>(backup));
+                 return;
+               }
+               // Cancelled: the shard is stopping, and waiting requests are failed by Stop.
+               if (!status.ok()) return;
+               ConfirmReplicated(std::move(tensor), partition);
+             });
+}
+
+void Shard::ConfirmReplicated(TensorRef tensor, Partition& partition) {
+  if (!CheckLease().ok()) {
+    // Confirmed while the lease is lost: the partition acknowledges nothing until a new lease
+    // holds (its waiting requests end at their deadlines, saying why), and nothing ever if
+    // none will.
+    if (stopped_.load() || lease_->ended()) return;
+    timers_->Schedule(hetps::Now() + options_.lease_ttl / 8,
+                      [this, tensor = std::move(tensor), &partition]() mutable {
+                        ConfirmReplicated(std::move(tensor), partition);
+                      });
+    return;
+  }
+  owners_[partition.owner()]->RunHereOrPost([tensor, &partition] { partition.Replicated(); });
 }
 
 absl::Status Shard::DeclareFromSnapshot(const hetps::v1::ReplicatedChange& snapshot) {

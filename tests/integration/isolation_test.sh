@@ -4,7 +4,8 @@
 # goes down: shard 0 is cut off from etcd, from its backup (shard 1) and from the workers at
 # once, as a partitioned machine is. It must stop acknowledging within its lease, shard 1 takes
 # its partitions over, the workers go on there, and the job ends bitwise equal to an
-# undisturbed run of it: no worker got an OK for a push that the surviving copy lacks.
+# undisturbed run of it: no worker got an OK for a push that the surviving copy lacks. Once the
+# link is back, shard 0 learns that its partitions were taken over and serves nothing.
 #
 #   tests/integration/isolation_test.sh SOURCE_DIR BUILD_DIR [grpc|ucx]
 # Needs root and iproute2 (skipped, exit 77, otherwise). UCX is limited to TCP (shared memory
@@ -102,6 +103,10 @@ ip netns exec "$ns" ip link set "veth-$$-ns" down
 for pid in "${worker_pids[@]}"; do wait "$pid" || fail "a worker of the cut cluster failed"; done
 grep -q "not renewed" "$run_dir/cut-shard0.log" || fail "shard 0 did not notice that it lost its lease"
 grep -q "shard 0 is gone" "$run_dir/cut-shard1.log" || fail "shard 1 did not take shard 0's partitions over"
+# The link comes back: shard 0 reaches etcd again, finds its partitions taken over, and takes
+# no new lease (its copies are out of date): it serves nothing until it is restarted.
+ip netns exec "$ns" ip link set "veth-$$-ns" up
+await "grep -q 'no lease may replace' $run_dir/cut-shard0.log" 60
 for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()

@@ -25,7 +25,45 @@ using integration::ExpectModelsMatchTheReference;
 using integration::kDim;
 using integration::kLearningRate;
 using integration::WorkerLog;
-using ReplicationTest = integration::ExampleJobTest;
+
+class ReplicationTest : public integration::ExampleJobTest {
+ protected:
+  // etcd, `shards` shards with --replicas=2 and 1 s leases, and two workers training `steps`
+  // BSP steps of Adam (lr 0.05, `extra` flags), running until worker 0 logged step `at_step`.
+  void StartAdamJobUntil(int shards, int steps, int at_step,
+                         const std::vector<std::string>& extra = {}) {
+    auto etcd = testing::EtcdProcess::Start();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    ASSERT_TRUE(
+        StartCluster(shards, 2, {"--replicas=2", "--etcd=" + etcd_->endpoint(), "--lease_s=1"})
+            .ok());
+    std::vector<std::string> flags = {"--optimizer=adam", "--lr=0.05"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    workers_ = StartWorkers(2, steps, "bsp", flags);
+    ASSERT_TRUE(AwaitText(absl::StrCat(cluster_.dir(), "/worker0.log"),
+                          absl::StrCat("rank 0 step ", at_step, " "), absl::Seconds(60)))
+        << WorkerLog(cluster_, 0);
+  }
+
+  // Both workers end, with the weights of one process running the same `steps` of Adam.
+  void ExpectTheJobEndsLikeOneProcess(int steps) {
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(workers_[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+    }
+    const std::vector<float> reference =
+        integration::SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<float> model =
+          integration::ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
+      ASSERT_EQ(model.size(), reference.size());
+      EXPECT_LE(integration::MaxRelativeDifference(model, reference), 1e-5) << "worker " << r;
+    }
+  }
+
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::vector<std::unique_ptr<integration::Subprocess>> workers_;
+};
 
 TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsItsPrimary) {
   // The shards hold leases in etcd and find each other there (no --servers).
@@ -74,34 +112,53 @@ TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsI
 // and ends with the weights of a run that lost nothing (Adam's state included: a moment lost
 // or applied twice would show).
 TEST_P(ReplicationTest, AShardKilledMidTrainingCostsAPauseNotTheJob) {
-  auto etcd = testing::EtcdProcess::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  ASSERT_TRUE(
-      StartCluster(3, 2, {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}).ok());
   const int steps = 60;
-  std::vector<std::unique_ptr<integration::Subprocess>> workers =
-      StartWorkers(2, steps, "bsp", {"--optimizer=adam", "--lr=0.05"});
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 20 ") && absl::Now() < deadline &&
-         workers[0]->running()) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(absl::StrContains(WorkerLog(cluster_, 0), "rank 0 step 20 "))
-      << WorkerLog(cluster_, 0);
+  ASSERT_NO_FATAL_FAILURE(StartAdamJobUntil(3, steps, 20));
   cluster_.shard(1).Signal(SIGKILL);
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
-  }
-  const std::vector<float> reference =
-      integration::SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});
-  for (int r = 0; r < 2; ++r) {
-    const std::vector<float> model =
-        integration::ReadFloats(absl::StrCat(cluster_.dir(), "/model", r));
-    ASSERT_EQ(model.size(), reference.size());
-    EXPECT_LE(integration::MaxRelativeDifference(model, reference), 1e-5) << "worker " << r;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsLikeOneProcess(steps));
   EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(2)), "shard 1 is gone"))
       << testing::ReadFile(cluster_.shard_log(2));
+}
+
+// etcd stops answering in the middle of Adam training (stopped, as a restart or a long stall
+// would leave it) until every shard's lease has ended, so every shard stops acknowledging. Once
+// etcd answers again, each shard takes a new lease and, since nobody took its partitions over,
+// serves them again: the job pauses, finishes without a restart and ends with the weights of an
+// uninterrupted run.
+TEST_P(ReplicationTest, EtcdStalledLongerThanTheLeasesCostsAPauseNotTheJob) {
+  // 50 ms of "compute" a step: the job lasts beyond the stall.
+  const int steps = 100;
+  ASSERT_NO_FATAL_FAILURE(StartAdamJobUntil(2, steps, 10, {"--compute_ms=50"}));
+  etcd_->process().Signal(SIGSTOP);
+  // Until both shards saw their leases end (bounded: a lease is 1 s).
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(AwaitText(cluster_.shard_log(i), "could not be renewed in time", absl::Seconds(30)))
+        << testing::ReadFile(cluster_.shard_log(i));
+  }
+  EXPECT_TRUE(workers_[0]->running()) << "the job ended before the stall\n"
+                                      << WorkerLog(cluster_, 0);
+  etcd_->process().Signal(SIGCONT);
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsLikeOneProcess(steps));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(i)), "new etcd lease"))
+        << testing::ReadFile(cluster_.shard_log(i));
+  }
+}
+
+// Shard 0 stalls (stopped) for longer than its lease while etcd and shard 1 run: shard 1 takes
+// its partitions over. When shard 0 runs again, its partitions are out of date: it takes no
+// new lease and serves nothing (no split brain), and the job ends with the weights of an
+// uninterrupted run through shard 1.
+TEST_P(ReplicationTest, AShardStalledLongerThanItsLeaseServesNothingOnceTakenOver) {
+  const int steps = 100;
+  ASSERT_NO_FATAL_FAILURE(StartAdamJobUntil(2, steps, 10, {"--compute_ms=50"}));
+  cluster_.shard(0).Signal(SIGSTOP);
+  EXPECT_TRUE(AwaitText(cluster_.shard_log(1), "shard 0 is gone", absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(1));
+  cluster_.shard(0).Signal(SIGCONT);
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsLikeOneProcess(steps));
+  EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(0)), "no lease may replace"))
+      << testing::ReadFile(cluster_.shard_log(0));
 }
 
 // Chaos with a rejoin: shard 1 is killed around step 80 (shard 2 takes its partitions over),

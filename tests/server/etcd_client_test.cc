@@ -6,8 +6,13 @@
 #include <signal.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/lease_holder.h"
 #include "tests/testing/etcd_process.h"
@@ -101,6 +106,74 @@ TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
   EXPECT_LE(absl::Now() - stopped, absl::Seconds(1) + absl::Milliseconds(500));
   etcd_->process().Signal(SIGCONT);
   (*holder)->Stop(/*revoke=*/false);
+}
+
+// Waits (bounded) until `done`; whether it became true.
+bool Within(absl::Duration limit, absl::FunctionRef<bool()> done) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!done()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
+  absl::Mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> replaced;  // (ended, granted)
+  absl::StatusOr<std::unique_ptr<LeaseHolder>> holder = LeaseHolder::Start(
+      client_.get(), absl::Seconds(1), [&](int64_t ended, int64_t granted) -> absl::Status {
+        // What the ended lease held, attached to the new one.
+        HETPS_RETURN_IF_ERROR(client_->Put("/job/alive", "again", granted));
+        absl::MutexLock lock(&mu);
+        replaced.emplace_back(ended, granted);
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const int64_t first = (*holder)->id();
+  ASSERT_TRUE(client_->Put("/job/alive", "yes", first).ok());
+  // etcd ends the lease (as it does when it is not renewed in time): the holder takes another.
+  ASSERT_TRUE(client_->RevokeLease(first).ok());
+  ASSERT_TRUE(Within(absl::Seconds(10), [&] {
+    absl::MutexLock lock(&mu);
+    return !replaced.empty();
+  }));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(replaced.front().first, first);
+    EXPECT_EQ(replaced.front().second, (*holder)->id());
+  }
+  EXPECT_NE((*holder)->id(), first);
+  EXPECT_TRUE(Within(absl::Seconds(5), [&] { return (*holder)->held(); }));
+  EXPECT_FALSE((*holder)->ended());
+  // The new lease is renewed: its key outlives several times to live.
+  absl::SleepFor(absl::Seconds(3));
+  EXPECT_TRUE((*holder)->held());
+  auto alive = client_->Get("/job/alive");
+  ASSERT_TRUE(alive.ok()) << alive.status();
+  ASSERT_TRUE(alive->has_value());
+  EXPECT_EQ((*alive)->value, "again");
+  EXPECT_EQ((*alive)->lease, (*holder)->id());
+  (*holder)->Stop(/*revoke=*/true);
+}
+
+TEST_F(EtcdClientTest, AHolderWhoseReplaceRefusesStaysWithoutALease) {
+  int calls = 0;
+  absl::StatusOr<std::unique_ptr<LeaseHolder>> holder = LeaseHolder::Start(
+      client_.get(), absl::Seconds(1), [&](int64_t, int64_t granted) -> absl::Status {
+        ++calls;  // the holder's thread only
+        HETPS_RETURN_IF_ERROR(client_->Put("/job/replaced", "no", granted));
+        return absl::AbortedError("taken over meanwhile");
+      });
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const int64_t first = (*holder)->id();
+  ASSERT_TRUE(client_->RevokeLease(first).ok());
+  ASSERT_TRUE(Within(absl::Seconds(10), [&] { return (*holder)->ended(); }));
+  EXPECT_FALSE((*holder)->held());
+  EXPECT_EQ((*holder)->id(), first);  // the lease that ended: none replaced it
+  EXPECT_EQ(calls, 1);
+  // The lease it granted and refused is revoked, with what was attached to it.
+  EXPECT_TRUE(GoneWithin("/job/replaced", absl::Seconds(5)));
 }
 
 TEST(EtcdClientUnreachableTest, ConnectingToNothingFailsWithinTheTimeout) {
