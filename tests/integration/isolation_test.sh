@@ -49,10 +49,11 @@ ip link set "veth-$$" up
 ip netns exec "$ns" ip addr add "$ns_ip/30" dev "veth-$$-ns"
 ip netns exec "$ns" ip link set "veth-$$-ns" up
 ip netns exec "$ns" ip link set lo up
-# As on a real machine, the namespace routes everything through its link. UCX over TCP offers
-# every interface of a process: the workers' list may hold an address of another test's veth,
-# which shard 0 reaches only through the host.
+# As on a real machine, the namespace routes everything through its link.
 ip netns exec "$ns" ip route add default via "$host_ip"
+# UCX over TCP would use every interface of the host, other tests' veths too, whose deletion
+# mid-run breaks the connections it laid over them: the processes on the host use this test's.
+export UCX_NET_DEVICES="veth-$$"
 
 # One cluster: etcd and shards 1, 2 on the host's end of the veth, shard 0 in the namespace.
 # `cut` set: shard 0 runs in the namespace (the undisturbed run has all on the host).
@@ -71,7 +72,10 @@ start_cluster() {  # name, cut
   local hosts=()
   for i in 0 1 2; do
     local prefix=() host=$host_ip
-    if [ "$i" = 0 ] && [ "$2" = cut ]; then prefix=(ip netns exec "$ns"); host=$ns_ip; fi
+    if [ "$i" = 0 ] && [ "$2" = cut ]; then
+      prefix=(ip netns exec "$ns" env UCX_NET_DEVICES="veth-$$-ns")
+      host=$ns_ip
+    fi
     "${prefix[@]}" "$server" --host "$host" --port 0 --port_file "$dir/port$i" --shard_index "$i" \
       --num_shards 3 --num_workers 2 --transport "$transport" --replicas 2 \
       --etcd "$host_ip:$client" --lease_s 1 --lifetime_s 300 >"$run_dir/$name-shard$i.log" 2>&1 &
