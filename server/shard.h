@@ -228,6 +228,11 @@ class Shard final : public transport::RequestHandler {
   std::string MemberKey(uint32_t index) const;
   std::string GroupKey(uint32_t group) const;
   std::string StateRunKey(uint32_t index) const;
+  // The etcd key naming the process that runs shard `index` now (its first lease): a new run
+  // writes it before it ends the last run's lease, so that run never takes a lease again.
+  std::string ProcessKey(uint32_t index) const;
+  // Aborted unless this process is still the one that runs its shard index.
+  absl::Status CheckStillThisShardsProcess() const;
   absl::StatusOr<GroupRecord> ReadGroup(uint32_t group) const;
   // Every group's record (nullopt: no key yet), in one read.
   absl::StatusOr<std::vector<std::optional<GroupRecord>>> ReadGroups() const;
@@ -249,6 +254,10 @@ class Shard final : public transport::RequestHandler {
   // leases now names `granted`; Aborted if the group is served elsewhere while this shard
   // holds served partitions of it.
   absl::Status ReclaimGroup(uint32_t group, int64_t granted);
+  // Whether `lease` is `granted` or one this process held before (the lease thread only).
+  bool IsOwnLease(int64_t lease, int64_t granted) const;
+  // Puts this shard's registration under `granted`, unless another process registered it.
+  absl::Status RegisterAgain(int64_t granted) ABSL_EXCLUSIVE_LOCKS_REQUIRED(member_mu_);
   // With replication, on the watcher thread every quarter lease: for each group, takes it over
   // when its server is gone and this shard holds complete copies (TakeOver); for the groups
   // this shard serves, drops a backup that is gone or restarted (ForgetBackup) and copies the
@@ -374,6 +383,7 @@ class Shard final : public transport::RequestHandler {
   std::unique_ptr<LeaseHolder> lease_;  // with etcd, from JoinCluster on
   // The lease thread only: the leases this process held before lease_->id().
   std::vector<int64_t> ended_leases_;
+  int64_t first_lease_ = 0;  // set by JoinCluster: this run's name in ProcessKey
   // Where the others reach this shard, once registered in etcd (empty before).
   absl::Mutex member_mu_;
   std::string advertised_ ABSL_GUARDED_BY(member_mu_);

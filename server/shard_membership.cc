@@ -57,6 +57,19 @@ std::string Shard::StateRunKey(uint32_t index) const {
   return absl::StrCat("/hetps/", options_.job_id, "/state_runs/", index);
 }
 
+std::string Shard::ProcessKey(uint32_t index) const {
+  return absl::StrCat("/hetps/", options_.job_id, "/processes/", index);
+}
+
+absl::Status Shard::CheckStillThisShardsProcess() const {
+  const uint32_t me = options_.shard_index;
+  HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> process, etcd_->Get(ProcessKey(me)));
+  if (process.has_value() && process->value == absl::StrCat(first_lease_)) return absl::OkStatus();
+  return absl::AbortedError(absl::StrFormat(
+      "another process runs shard %d now (etcd key %s names %s, this process %d)", me,
+      ProcessKey(me), process.has_value() ? process->value : "none", first_lease_));
+}
+
 absl::StatusOr<Shard::GroupRecord> Shard::ParseGroupKey(uint32_t group,
                                                         const EtcdClient::Value& value) const {
   GroupRecord record;
@@ -339,7 +352,10 @@ absl::Status Shard::JoinCluster() {
                                                       return ReplaceLease(ended, granted);
                                                     }));
   // A new run of this shard index ends the last one's lease: its registration goes now, not
-  // when the lease runs out, and a process of it that still runs stops acknowledging.
+  // when the lease runs out, and a process of it that still runs stops acknowledging and
+  // takes no lease again (named here first: ReplaceLease).
+  first_lease_ = lease_->id();
+  HETPS_RETURN_IF_ERROR(etcd_->Put(ProcessKey(options_.shard_index), absl::StrCat(first_lease_)));
   if (absl::StatusOr<EtcdClient::Value> last = FindMember(options_.shard_index);
       last.ok() && last->lease != lease_->id()) {
     if (absl::Status revoked = etcd_->RevokeLease(last->lease); !revoked.ok()) {
@@ -380,18 +396,40 @@ absl::Status Shard::Register(const std::string& address) {
 
 absl::Status Shard::ReplaceLease(int64_t ended, int64_t granted) {
   ended_leases_.push_back(ended);
+  // A new run of this shard index (which ended this run's lease) has the last word: checked
+  // before anything is written, and again after, since it may start meanwhile.
+  HETPS_RETURN_IF_ERROR(CheckStillThisShardsProcess());
   // Registered again first: a backup that finds this shard registered under another lease
   // than the record names waits a lease before it takes the group over (ManageGroup), which
   // the records' update below ends.
   {
     absl::MutexLock lock(&member_mu_);
-    if (!advertised_.empty()) {
-      HETPS_RETURN_IF_ERROR(etcd_->Put(MemberKey(options_.shard_index), advertised_, granted));
-    }
+    if (!advertised_.empty()) HETPS_RETURN_IF_ERROR(RegisterAgain(granted));
   }
   for (uint32_t group = 0; group < options_.num_shards; ++group) {
     HETPS_RETURN_IF_ERROR(ReclaimGroup(group, granted));
   }
+  return CheckStillThisShardsProcess();
+}
+
+bool Shard::IsOwnLease(int64_t lease, int64_t granted) const {
+  return lease == granted ||
+         std::find(ended_leases_.begin(), ended_leases_.end(), lease) != ended_leases_.end();
+}
+
+absl::Status Shard::RegisterAgain(int64_t granted) {
+  const std::string key = MemberKey(options_.shard_index);
+  HETPS_ASSIGN_OR_RETURN(std::optional<EtcdClient::Value> member, etcd_->Get(key));
+  // Never over another process's registration (a new run of this index).
+  if (member.has_value() && !IsOwnLease(member->lease, granted)) {
+    return absl::AbortedError(
+        absl::StrFormat("another process registered shard %d at %s (etcd key %s)",
+                        options_.shard_index, member->value, key));
+  }
+  HETPS_ASSIGN_OR_RETURN(
+      bool written,
+      etcd_->PutIf(key, member.has_value() ? member->mod_revision : 0, advertised_, granted));
+  if (!written) return absl::UnavailableError(absl::StrCat("etcd key ", key, " changed meanwhile"));
   return absl::OkStatus();
 }
 
@@ -402,10 +440,8 @@ absl::Status Shard::ReclaimGroup(uint32_t group, int64_t granted) {
     absl::StatusOr<GroupRecord> record = ReadGroup(group);
     if (record.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     if (!record.ok()) return record.status();
-    const bool named_here =
-        record->server == me && (record->server_lease == granted || record->server_lease == 0 ||
-                                 std::find(ended_leases_.begin(), ended_leases_.end(),
-                                           record->server_lease) != ended_leases_.end());
+    const bool named_here = record->server == me && (record->server_lease == 0 ||
+                                                     IsOwnLease(record->server_lease, granted));
     if (!named_here) {
       bool serves_some = false;
       ForEachPartitionOfGroup(group, [&](const TensorRef&, Partition* partition) {

@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "server/etcd_client.h"
 #include "tests/integration/example_job.h"
 #include "tests/testing/etcd_process.h"
 #include "worker/client.h"
@@ -159,6 +162,48 @@ TEST_P(ReplicationTest, AShardStalledLongerThanItsLeaseServesNothingOnceTakenOve
   ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsLikeOneProcess(steps));
   EXPECT_TRUE(absl::StrContains(testing::ReadFile(cluster_.shard_log(0)), "no lease may replace"))
       << testing::ReadFile(cluster_.shard_log(0));
+}
+
+// While shard 1's process is stopped, a new process of shard 1 starts elsewhere (another port),
+// ends the old process's lease and rejoins. The old process, running again, must not take a
+// lease again: it would register over the new one, which holds the shard's place now.
+TEST_P(ReplicationTest, AnOldProcessOfAShardIndexTakesNoLeaseOnceANewOneStarted) {
+  auto etcd = testing::EtcdProcess::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  const std::vector<std::string> replicated = {"--replicas=2", "--etcd=" + (*etcd)->endpoint(),
+                                               "--lease_s=1"};
+  ASSERT_TRUE(StartCluster(2, 1, replicated).ok());
+  ASSERT_TRUE(cluster_.shard(1).Stop(absl::Seconds(10)));
+  std::vector<std::string> argv = {testing::BinaryPath("server/ps-server"),
+                                   "--host=127.0.0.1",
+                                   "--port=0",
+                                   "--port_file=" + cluster_.dir() + "/port1-new",
+                                   "--shard_index=1",
+                                   "--num_shards=2",
+                                   "--num_workers=1",
+                                   "--threads=2",
+                                   "--lifetime_s=300",
+                                   TransportFlag()};
+  argv.insert(argv.end(), replicated.begin(), replicated.end());
+  const std::string new_log = cluster_.dir() + "/shard1-new.log";
+  integration::Subprocess new_run(argv, new_log, Environment());
+  ASSERT_TRUE(AwaitText(new_log, "registered", absl::Seconds(30))) << testing::ReadFile(new_log);
+  cluster_.shard(1).Signal(SIGCONT);
+  EXPECT_TRUE(
+      AwaitText(cluster_.shard_log(1), "another process runs shard 1 now", absl::Seconds(30)))
+      << testing::ReadFile(cluster_.shard_log(1));
+  // The old process gave up (and revoked the lease it was granted): the registration is the
+  // new process's.
+  auto client = server::EtcdClient::Connect((*etcd)->endpoint());
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::optional<server::EtcdClient::Value>> member =
+      (*client)->Get("/hetps/hetps/shards/1");
+  ASSERT_TRUE(member.ok()) << member.status();
+  ASSERT_TRUE(member->has_value());
+  EXPECT_EQ((*member)->value,
+            absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(
+                                           testing::ReadFile(cluster_.dir() + "/port1-new"))))
+      << testing::ReadFile(cluster_.shard_log(1));
 }
 
 // Chaos with a rejoin: shard 1 is killed around step 80 (shard 2 takes its partitions over),
