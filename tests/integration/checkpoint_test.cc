@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/etcd_client.h"
 #include "tests/integration/example_job.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
 #include "worker/client.h"
 
@@ -32,7 +33,6 @@ namespace hetps {
 namespace {
 
 namespace fs = std::filesystem;
-using integration::AwaitCondition;
 using integration::AwaitText;
 using integration::ReadFloats;
 using integration::WorkerLog;
@@ -53,7 +53,7 @@ const std::vector<std::string> kAdam = {"--optimizer=adam"};
 
 // Waits (bounded) until `path` exists.
 bool AwaitFile(const std::string& path, absl::Duration timeout) {
-  return AwaitCondition([&] { return fs::exists(path); }, timeout);
+  return testing::AwaitCondition([&] { return fs::exists(path); }, timeout);
 }
 
 void KillShards(LocalCluster& cluster, int num_shards) {
@@ -91,7 +91,6 @@ void CheckpointTest::ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
   // Step 140's checkpoint, unless a shard skipped it because the one before was still being
   // written (a slow disk, a loaded machine): then the newest committed one.
   const std::string step140 = server::CheckpointStepDir(dir, 140);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
   auto skipped = [&] {
     for (int i = 0; i < shards; ++i) {
       if (absl::StrContains(ReadFile(cluster.shard_log(i)), "no checkpoint of step 140")) {
@@ -100,10 +99,8 @@ void CheckpointTest::ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
     }
     return false;
   };
-  while (!fs::exists(step140 + "/MANIFEST") && !skipped() && absl::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(fs::exists(step140 + "/MANIFEST") || skipped())
+  ASSERT_TRUE(testing::AwaitCondition(
+      [&] { return fs::exists(step140 + "/MANIFEST") || skipped(); }, absl::Seconds(30)))
       << ReadFile(cluster.shard_log(0)) << ReadFile(cluster.shard_log(1));
   KillShards(cluster, shards);
   int restored_step = 0;
@@ -291,11 +288,8 @@ TEST_P(CheckpointTest, CheckpointsOnDemandAndOnSigtermRestoreTheirStep) {
     for (const ShardStats& shard : *stats) waiting_shards += shard.checkpoints_waiting > 0;
     return waiting_shards == 2;
   };
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (!both_wait() && absl::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_TRUE(both_wait()) << "the checkpoint request did not reach the shards";
+  ASSERT_TRUE(testing::AwaitCondition(both_wait, absl::Seconds(20), absl::Milliseconds(5)))
+      << "the checkpoint request did not reach the shards";
   Steps(**client, *id, spec.num_elements, 5, 9);
   waiting.join();
   EXPECT_TRUE(ahead.ok()) << ahead.ToString();
@@ -468,7 +462,7 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
     fields = absl::StrSplit((*value)->value, ' ');
     return fields.size() >= 4 && fields[1] == "1" && fields[2] == "2" && fields[3] != "0";
   };
-  EXPECT_TRUE(AwaitCondition(backed_up, absl::Seconds(30)))
+  EXPECT_TRUE(testing::AwaitCondition(backed_up, absl::Seconds(30)))
       << "group 1's record: " << absl::StrJoin(fields, " ") << " (last read: " << read << ")\n"
       << ReadFile(restored.shard_log(1)) << ReadFile(restored.shard_log(2));
 }

@@ -12,14 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "optimizer/optimizer.h"
 #include "optimizer/registry.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
@@ -67,16 +66,7 @@ inline float FinalLoss(const std::string& log) {
   return std::stof(log.substr(at + 11));
 }
 
-// Waits (bounded) until `done()` holds, asking every 10 ms: for what other processes leave in
-// files or etcd, which give no other signal. False if the deadline passed first.
-inline bool AwaitCondition(absl::FunctionRef<bool()> done, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
-}
+using testing::AwaitCondition;
 
 // Waits (bounded) until the file at `path` (another process's log) holds `text`.
 inline bool AwaitText(const std::string& path, const std::string& text, absl::Duration timeout) {

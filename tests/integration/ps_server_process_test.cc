@@ -21,6 +21,7 @@
 #include "common/version.h"
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/call.h"
 #include "tests/testing/local_cluster.h"
 #include "tests/testing/subprocess.h"
@@ -196,11 +197,9 @@ TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
     ASSERT_TRUE(cluster.Start(1, 1, {"--transport=" + transport}).ok());
     auto log = [&] { return ReadFile(cluster.shard_log(0)); };
     cluster.shard(0).Signal(SIGHUP);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!absl::StrContains(log(), "SIGHUP") && absl::Now() < deadline &&
-           cluster.shard(0).running()) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    testing::AwaitCondition(
+        [&] { return absl::StrContains(log(), "SIGHUP") || !cluster.shard(0).running(); },
+        absl::Seconds(20));
     ASSERT_TRUE(cluster.shard(0).running()) << transport << ": " << log();
     EXPECT_TRUE(absl::StrContains(log(), "SIGHUP")) << log();
     cluster.shard(0).Signal(SIGTERM);

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "server/etcd_client.h"
 #include "tests/integration/example_job.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
 #include "worker/client.h"
 
@@ -222,11 +223,9 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   std::vector<std::unique_ptr<integration::Subprocess>> workers =
       StartWorkers(2, steps, "bsp", {"--compute_ms=20"});
   auto await_log = [&](const std::string& path, const std::string& text) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (!absl::StrContains(testing::ReadFile(path), text) && absl::Now() < deadline &&
-           workers[0]->running()) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    testing::AwaitCondition(
+        [&] { return absl::StrContains(testing::ReadFile(path), text) || !workers[0]->running(); },
+        absl::Seconds(60));
     return absl::StrContains(testing::ReadFile(path), text);
   };
   const std::string worker0 = absl::StrCat(cluster_.dir(), "/worker0.log");

@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/lease_holder.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
 
 namespace hetps::server {
@@ -24,13 +24,12 @@ class EtcdClientTest : public testing::EtcdTest {
  protected:
   // Waits (bounded) until `key` is gone; false if it is still there at the deadline.
   bool GoneWithin(const std::string& key, absl::Duration limit) {
-    const absl::Time deadline = absl::Now() + limit;
-    while (absl::Now() < deadline) {
-      absl::StatusOr<std::optional<EtcdClient::Value>> value = client_->Get(key);
-      if (value.ok() && !value->has_value()) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
+    return testing::AwaitCondition(
+        [&] {
+          absl::StatusOr<std::optional<EtcdClient::Value>> value = client_->Get(key);
+          return value.ok() && !value->has_value();
+        },
+        limit);
   }
 };
 
@@ -99,23 +98,10 @@ TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
   // etcd stops answering: within a time to live the holder no longer claims the lease.
   ASSERT_TRUE(etcd_->process().Stop());
   const absl::Time stopped = absl::Now();
-  while ((*holder)->held() && absl::Now() < stopped + absl::Seconds(5)) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_FALSE((*holder)->held());
+  EXPECT_TRUE(testing::AwaitCondition([&] { return !(*holder)->held(); }, absl::Seconds(5)));
   EXPECT_LE(absl::Now() - stopped, absl::Seconds(1) + absl::Milliseconds(500));
   etcd_->process().Signal(SIGCONT);
   (*holder)->Stop(/*revoke=*/false);
-}
-
-// Waits (bounded) until `done`; whether it became true.
-bool Within(absl::Duration limit, absl::FunctionRef<bool()> done) {
-  const absl::Time deadline = absl::Now() + limit;
-  while (!done()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return true;
 }
 
 TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
@@ -134,17 +120,19 @@ TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
   ASSERT_TRUE(client_->Put("/job/alive", "yes", first).ok());
   // etcd ends the lease (as it does when it is not renewed in time): the holder takes another.
   ASSERT_TRUE(client_->RevokeLease(first).ok());
-  ASSERT_TRUE(Within(absl::Seconds(10), [&] {
-    absl::MutexLock lock(&mu);
-    return !replaced.empty();
-  }));
+  ASSERT_TRUE(testing::AwaitCondition(
+      [&] {
+        absl::MutexLock lock(&mu);
+        return !replaced.empty();
+      },
+      absl::Seconds(10)));
   {
     absl::MutexLock lock(&mu);
     EXPECT_EQ(replaced.front().first, first);
     EXPECT_EQ(replaced.front().second, (*holder)->id());
   }
   EXPECT_NE((*holder)->id(), first);
-  EXPECT_TRUE(Within(absl::Seconds(5), [&] { return (*holder)->held(); }));
+  EXPECT_TRUE(testing::AwaitCondition([&] { return (*holder)->held(); }, absl::Seconds(5)));
   EXPECT_FALSE((*holder)->ended());
   // The new lease is renewed: its key outlives several times to live.
   absl::SleepFor(absl::Seconds(3));
@@ -168,7 +156,7 @@ TEST_F(EtcdClientTest, AHolderWhoseReplaceRefusesStaysWithoutALease) {
   ASSERT_TRUE(holder.ok()) << holder.status();
   const int64_t first = (*holder)->id();
   ASSERT_TRUE(client_->RevokeLease(first).ok());
-  ASSERT_TRUE(Within(absl::Seconds(10), [&] { return (*holder)->ended(); }));
+  ASSERT_TRUE(testing::AwaitCondition([&] { return (*holder)->ended(); }, absl::Seconds(10)));
   EXPECT_FALSE((*holder)->held());
   EXPECT_EQ((*holder)->id(), first);  // the lease that ended: none replaced it
   EXPECT_EQ(calls, 1);

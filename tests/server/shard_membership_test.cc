@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "server/etcd_client.h"
 #include "server/shard.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/transports.h"
 
@@ -59,11 +60,12 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
   // Registered, it names its lease, and stays the backup.
   ASSERT_TRUE(backup.Register("127.0.0.1:2").ok());
   std::vector<std::string> fields;
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20); absl::Now() < deadline;) {
-    fields = GroupRecordFields(**client);
-    if (fields.size() == 5 && fields[3] != "0") break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  testing::AwaitCondition(
+      [&] {
+        fields = GroupRecordFields(**client);
+        return fields.size() == 5 && fields[3] != "0";
+      },
+      absl::Seconds(20));
   ASSERT_EQ(fields.size(), 5u);
   EXPECT_NE(fields[3], "0") << "shard 1 never named its lease";
   for (const absl::Time end = absl::Now() + absl::Milliseconds(500); absl::Now() < end;) {

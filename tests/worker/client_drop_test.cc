@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_cluster.h"
@@ -38,12 +39,8 @@ class ClientDropTest : public testing::ClientClusterTest {
   }
   // Polls the shards' stats until `field` sums to `want` (or a deadline passes).
   bool AwaitShardTotal(uint64_t (hetps::v1::StatsResponse::*field)() const, uint64_t want) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      if (ShardTotal(field) == want) return true;
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
+    return testing::AwaitCondition([&] { return ShardTotal(field) == want; }, absl::Seconds(20),
+                                   absl::Milliseconds(5));
   }
   void TrainSteps(TensorId id, uint64_t n, uint64_t elements) {
     std::vector<float> g(elements, 0.5f), w0(elements), w1(elements);

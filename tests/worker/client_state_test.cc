@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -139,11 +140,9 @@ TEST_P(ClientStateTest, BadWritesAreRefusedAndChangeNothing) {
   std::vector<float> g = Gradient(0, 1), w(kElements);
   Operation pending = c0_->PushPull(id_, g, absl::MakeSpan(w), 1);
   // Its pull waits on the shard once the push is there (the write goes on another connection).
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (cluster_->shard(0).Stats().requests_waiting() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  ASSERT_GT(cluster_->shard(0).Stats().requests_waiting(), 0u);
+  ASSERT_TRUE(
+      testing::AwaitCondition([&] { return cluster_->shard(0).Stats().requests_waiting() > 0; },
+                              absl::Seconds(20), absl::Milliseconds(1)));
   absl::Status during_step = c1_->WriteState(id_, *state);
   EXPECT_EQ(during_step.code(), absl::StatusCode::kFailedPrecondition) << during_step;
   EXPECT_NE(during_step.message().find("between steps"), std::string::npos) << during_step;
