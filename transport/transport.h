@@ -60,8 +60,8 @@ struct Response {
 };
 
 // Runs exactly once per call, never inside the Call() that started it (not even for an error
-// found at once): on a transport thread, or inside Drive() on a thread that waits. So a caller
-// may hold a lock around Call() that its callback takes, and a thread inside Call() always
+// found at once): on a transport thread, or inside Drive() or Progress() on a caller's thread. So a
+// caller may hold a lock around Call() that its callback takes, and a thread inside Call() always
 // leaves it promptly. It must not block for long.
 using ResponseCallback = absl::AnyInvocable<void(absl::StatusOr<Response>)>;
 // Given to a RequestHandler; must be called exactly once, from any thread.
@@ -211,6 +211,14 @@ class Transport {
   // usual). Bounded by the calls themselves: each ends by its deadline. `done` must be cheap
   // and thread-safe. Not from a response callback.
   virtual bool Drive(absl::FunctionRef<bool()> done) { return done(); }
+
+  // For a thread that has just made calls and has more work to do before it waits (a client
+  // converting its next message's floats): moves the transport's client side along once from
+  // this thread, without waiting, so that what it sent goes out and what arrived is handled
+  // now rather than when a transport thread, which this thread keeps off its CPU, gets to run.
+  // Response callbacks may then run on this thread. Does nothing where the transport has
+  // nothing to drive. Not from a response callback.
+  virtual void Progress() {}
 };
 
 // Creates a transport by name: "grpc", or "ucx" when built with UCX (a UCX listener serves

@@ -11,13 +11,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wrapping_transport.h"
 #include "transport/transport.h"
 
 namespace hetps::testing {
 
 // Passes calls on and records, per connection, the payload bytes and bursts
 // (transport::Request::burst_bytes) of the calls of one method.
-class BurstRecorder final : public transport::Transport {
+class BurstRecorder final : public WrappingTransport {
  public:
   struct Seen {
     size_t payload_bytes = 0;
@@ -25,21 +26,7 @@ class BurstRecorder final : public transport::Transport {
   };
 
   BurstRecorder(std::shared_ptr<transport::Transport> inner, uint32_t method)
-      : inner_(std::move(inner)), method_(method) {}
-
-  absl::string_view name() const override { return inner_->name(); }
-  absl::StatusOr<std::unique_ptr<transport::Listener>> Listen(
-      const std::string& address, transport::RequestHandler* handler) override {
-    return inner_->Listen(address, handler);
-  }
-  using transport::Transport::Connect;
-  absl::StatusOr<std::unique_ptr<transport::Connection>> Connect(
-      const std::string& address, absl::Time deadline,
-      const transport::ConnectOptions& options) override {
-    auto inner = inner_->Connect(address, deadline, options);
-    if (!inner.ok()) return inner.status();
-    return std::unique_ptr<transport::Connection>(new Recording(*std::move(inner), this));
-  }
+      : WrappingTransport(std::move(inner)), method_(method) {}
 
   std::map<std::string, Seen> TakeSeen() {
     absl::MutexLock lock(&mu_);
@@ -68,7 +55,11 @@ class BurstRecorder final : public transport::Transport {
     BurstRecorder* const recorder_;
   };
 
-  const std::shared_ptr<transport::Transport> inner_;
+  std::unique_ptr<transport::Connection> Wrap(
+      std::unique_ptr<transport::Connection> inner) override {
+    return std::make_unique<Recording>(std::move(inner), this);
+  }
+
   const uint32_t method_;
   absl::Mutex mu_;
   std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);

@@ -4,21 +4,29 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/half.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
+#include "tests/testing/await_condition.h"
 #include "tests/testing/burst_recorder.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
+#include "tests/testing/wrapping_transport.h"
 #include "tests/worker/client_test_fixture.h"
+#include "transport/transport.h"
 
 namespace hetps {
 namespace {
@@ -269,6 +277,136 @@ TEST_P(ClientTest, SixteenBitWireTypesAreConvertedOnBothSides) {
   for (size_t i = 0; i < w16.size(); ++i) {
     ASSERT_EQ(w16[i], Fp32ToFp16(Bf16ToFp32(g16[i]))) << i;
   }
+}
+
+// Many messages to each shard, each converted on its way out and on its way back (the client
+// sends one while it converts the next, and may handle answers in between).
+TEST_P(ClientTest, FloatsConvertedForTheWireAcrossManyMessagesArriveWhole) {
+  StartCluster(2, 1);
+  ClientOptions options = cluster_->ClientOptionsFor(0);
+  options.partition_bytes = 16 << 10;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorSpec spec = Spec("w", 200000, 0.0);
+  spec.optimizer = {"sum", {}};
+  spec.push_dtype = DType::kBf16;
+  spec.pull_dtype = DType::kBf16;
+  auto id = (*client)->Declare(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_GT((*(*client)->Partitions(*id)).size(), 20u);
+  std::vector<float> g(200000), w(200000);
+  for (uint64_t step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = 0.001f * static_cast<float>(i % 7919) - 2.5f + static_cast<float>(step);
+    }
+    absl::Status status = (*client)->PushPull(*id, g, absl::MakeSpan(w), step).Wait();
+    ASSERT_TRUE(status.ok()) << status;
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_EQ(w[i], Bf16ToFp32(Fp32ToBf16(Bf16ToFp32(Fp32ToBf16(g[i]))))) << step << " " << i;
+    }
+  }
+}
+
+// Passes calls on to `inner` but hands their responses over only inside Progress() or Drive():
+// a transport whose client side moves only where a caller drives it, so a test sees which
+// responses a thread handles there.
+class AnsweredWhenDriven final : public testing::WrappingTransport {
+ public:
+  explicit AnsweredWhenDriven(std::shared_ptr<transport::Transport> inner)
+      : WrappingTransport(std::move(inner)) {}
+  ~AnsweredWhenDriven() override { HandOver(); }
+  void Progress() override { HandOver(); }
+  size_t held() {
+    absl::MutexLock lock(&mu_);
+    return held_.size();
+  }
+  // Bounded as every call is: each is answered (or fails) by its deadline.
+  bool Drive(absl::FunctionRef<bool()> done) override {
+    for (HandOver(); !done(); HandOver()) absl::SleepFor(absl::Microseconds(100));
+    return true;
+  }
+
+ private:
+  struct Answer {
+    transport::ResponseCallback done;
+    absl::StatusOr<transport::Response> result;
+  };
+  class Holding final : public transport::Connection {
+   public:
+    Holding(std::unique_ptr<transport::Connection> inner, AnsweredWhenDriven* owner)
+        : inner_(std::move(inner)), owner_(owner) {}
+    void Call(transport::Request request, transport::ResponseCallback done) override {
+      inner_->Call(std::move(request), [owner = owner_, done = std::move(done)](
+                                           absl::StatusOr<transport::Response> result) mutable {
+        absl::MutexLock lock(&owner->mu_);
+        owner->held_.push_back({std::move(done), std::move(result)});
+      });
+    }
+    void Shutdown() override { inner_->Shutdown(); }
+    const std::string& address() const override { return inner_->address(); }
+
+   private:
+    const std::unique_ptr<transport::Connection> inner_;
+    AnsweredWhenDriven* const owner_;
+  };
+
+  void HandOver() {
+    std::vector<Answer> answers;
+    {
+      absl::MutexLock lock(&mu_);
+      answers.swap(held_);
+    }
+    for (Answer& answer : answers) answer.done(std::move(answer.result));
+  }
+
+  std::unique_ptr<transport::Connection> Wrap(
+      std::unique_ptr<transport::Connection> inner) override {
+    return std::make_unique<Holding>(std::move(inner), this);
+  }
+
+  absl::Mutex mu_;
+  std::vector<Answer> held_ ABSL_GUARDED_BY(mu_);
+};
+
+// An operation's callback never runs inside another operation's start, not even where the
+// client moves the transport along from there (while it converts its next message): here the
+// first operation's answer is held until the second one's start drives the transport.
+TEST(ClientCallbackTest, ACallbackNeverRunsInsideAnotherOperationsStart) {
+  auto cluster = TestCluster::Start("inproc", 1, 1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ClientOptions options = (*cluster)->ClientOptionsFor(0);
+  auto driven = std::make_shared<AnsweredWhenDriven>(options.transport_instance);
+  options.transport_instance = driven;
+  options.partition_bytes = 64 << 10;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  TensorSpec small = Spec("small", 64, 0.0);
+  small.optimizer = {"sum", {}};
+  TensorSpec converted = Spec("converted", 1 << 18, 0.0);
+  converted.optimizer = {"sum", {}};
+  converted.push_dtype = DType::kBf16;
+  auto small_id = (*client)->Declare(small);
+  auto converted_id = (*client)->Declare(converted);
+  ASSERT_TRUE(small_id.ok() && converted_id.ok());
+  const std::thread::id test_thread = std::this_thread::get_id();
+  bool starting = false;  // read by callbacks on this thread only
+  std::atomic<int> inside_start{0}, callbacks{0};
+  std::vector<float> g(converted.num_elements, 0.25f), gs(small.num_elements, 1.0f);
+  constexpr int kRounds = 3;
+  for (int round = 0; round < kRounds; ++round) {
+    Operation first = (*client)->Push(*small_id, gs, round, [&](const absl::Status&) {
+      if (std::this_thread::get_id() == test_thread && starting) inside_start.fetch_add(1);
+      callbacks.fetch_add(1);
+    });
+    ASSERT_TRUE(testing::AwaitCondition([&] { return driven->held() > 0; }, absl::Seconds(20)));
+    starting = true;
+    Operation second = (*client)->Push(*converted_id, g, round);
+    starting = false;
+    ASSERT_TRUE(second.Wait().ok()) << second.Wait();
+    ASSERT_TRUE(first.Wait().ok()) << first.Wait();
+  }
+  EXPECT_EQ(inside_start.load(), 0) << "callbacks that ran inside another operation's start";
+  EXPECT_EQ(callbacks.load(), kRounds);
 }
 
 TEST_P(ClientTest, SumOnlyTensorsReturnExactlyTheSumOfEachStep) {

@@ -77,12 +77,7 @@ class UcxTransport final : public Transport {
     const int64_t give_up = options_.busy_poll
                                 ? std::numeric_limits<int64_t>::max()
                                 : NowNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
-    absl::InlinedVector<ucx_internal::UcxWorker*, 2> workers;  // no allocation per wait
-    {
-      absl::MutexLock lock(&mu_);
-      for (const auto& [devices, client] : client_workers_) workers.push_back(client->worker.get());
-    }
-    for (ucx_internal::UcxWorker* worker : workers) worker->BeginDriving();
+    const ClientWorkers workers = DrivenWorkers();
     bool driving = !workers.empty();
     // The clock is read every few rounds only: on some VMs a read costs as much as a round.
     for (uint32_t round = 1; driving && !done(); ++round) {
@@ -94,7 +89,26 @@ class UcxTransport final : public Transport {
     return done();
   }
 
+  void Progress() override {
+    const ClientWorkers workers = DrivenWorkers();
+    for (ucx_internal::UcxWorker* worker : workers) worker->DriveOnce();
+    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
+  }
+
  private:
+  using ClientWorkers = absl::InlinedVector<ucx_internal::UcxWorker*, 2>;  // no allocation
+
+  // Every client worker, each told that this thread drives it (EndDriving() when done).
+  ClientWorkers DrivenWorkers() {
+    ClientWorkers workers;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [devices, client] : client_workers_) workers.push_back(client->worker.get());
+    }
+    for (ucx_internal::UcxWorker* worker : workers) worker->BeginDriving();
+    return workers;
+  }
+
   // One client worker per set of network devices (loopback peers get a lo-only one).
   absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address) {
     const UcxOptions options = Resolve(options_, address);

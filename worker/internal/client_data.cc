@@ -39,6 +39,14 @@ void AddItem(hetps::v1::Method method, const Piece& piece, hetps::v1::PartitionI
   payload.Append(GradientPayload(piece, buffers));
 }
 
+// Whether building `message` converts gradients into their wire format (CPU time spent between
+// two sends).
+bool ConvertsGradients(const PlannedMessage& message) {
+  return std::any_of(message.pieces.begin(), message.pieces.end(), [](const Piece& piece) {
+    return piece.gradient != nullptr && piece.gradient_format != piece.push_format;
+  });
+}
+
 // The partitions a PartitionSpan selects, and where their elements begin.
 struct PartitionRun {
   uint32_t first = 0;
@@ -157,7 +165,8 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
   // What the operation moves to or from each shard at once (transport::Request::burst_bytes).
   absl::InlinedVector<size_t, 16> bytes_to_shard((**channels).size(), 0);
   for (const PlannedMessage& message : messages) bytes_to_shard[message.shard] += message.bytes;
-  for (PlannedMessage& message : messages) {
+  for (size_t m = 0; m < messages.size(); ++m) {
+    PlannedMessage& message = messages[m];
     // The items go into the header message directly, one the thread reuses (see
     // ReusedMessage): building it allocates nothing after the first operations.
     transport::Payload payload;
@@ -198,7 +207,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     if (metrics_ != nullptr) metrics_->sent_bytes.fetch_add(payload.size());
     (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
-        [operation, pull, metrics = metrics_.get(),
+        [operation, pull, metrics = metrics_.get(), timers = timers_.get(),
          pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
           if (metrics != nullptr && result.ok()) {
             metrics->received_bytes.fetch_add(result->payload.size());
@@ -206,6 +215,11 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
           operation->MessageDone(pull ? ScatterPulled(pieces, std::move(result)) : result.status());
         },
         std::move(sink), bytes_to_shard[message.shard]);
+    // Converting the next message keeps this thread on its CPU, where the transport's thread
+    // would have to send this one: send it from here now, and handle what came back, so the
+    // shard works on it meanwhile (traced: the shard saw none of 16 messages until all were
+    // converted).
+    if (m + 1 < messages.size() && ConvertsGradients(messages[m + 1])) transport_->Progress();
   }
   return Operation(operation);
 }
