@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/await.h"
 #include "common/half.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
@@ -320,9 +321,15 @@ class AnsweredWhenDriven final : public testing::WrappingTransport {
     absl::MutexLock lock(&mu_);
     return held_.size();
   }
-  // Bounded as every call is: each is answered (or fails) by its deadline.
+  // Hands answers over as they arrive until `done()`. Bounded as every call is (each is
+  // answered or fails by its deadline); `done()` may also come from a client thread, without an
+  // answer here, so each wait for one ends after 20 ms.
   bool Drive(absl::FunctionRef<bool()> done) override {
-    for (HandOver(); !done(); HandOver()) absl::SleepFor(absl::Microseconds(100));
+    for (HandOver(); !done(); HandOver()) {
+      absl::MutexLock lock(&mu_);
+      auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !held_.empty(); };
+      AwaitFor(mu_, absl::Condition(&answered), absl::Milliseconds(20));
+    }
     return true;
   }
 
