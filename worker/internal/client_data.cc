@@ -207,7 +207,7 @@ Operation ClientImpl::StartData(hetps::v1::Method method, absl::Span<const PushI
     if (metrics_ != nullptr) metrics_->sent_bytes.fetch_add(payload.size());
     (**channels)[message.shard]->Call(
         method, std::move(header), std::move(payload), deadline,
-        [operation, pull, metrics = metrics_.get(), timers = timers_.get(),
+        [operation, pull, metrics = metrics_.get(),
          pieces = std::move(message.pieces)](absl::StatusOr<transport::Response> result) {
           if (metrics != nullptr && result.ok()) {
             metrics->received_bytes.fetch_add(result->payload.size());
