@@ -2,6 +2,8 @@
 #ifndef HETPS_SERVER_REQUEST_UTIL_H_
 #define HETPS_SERVER_REQUEST_UTIL_H_
 
+#include <sched.h>
+
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -23,6 +25,14 @@ namespace hetps::server {
 // update up to about this size: on two CPUs the woken owner waited for one, and 256 KiB
 // push+pulls took 130 to 180 us where their echo took 50 (bench/PERFORMANCE.md).
 inline constexpr uint64_t kRunHereBytes = 1 << 20;
+
+// Called by a thread that has just posted a larger request's work to owner threads: gives up
+// its CPU, so that an owner sharing that CPU starts now rather than when this thread's time
+// slice ends. Traced on a shard pinned to one CPU: its UCX thread kept taking in the messages
+// of a 32 MiB push-pull for 4 to 7 ms at a stretch while the owners waited, so no answer went
+// back meanwhile (bench/PERFORMANCE.md, "Owners first"). Where no other thread waits for this
+// CPU, the call returns at once (a system call, against an update of over a mebibyte).
+inline void LetOwnersRun() { sched_yield(); }
 
 // Parses `bytes` into `message`; InvalidArgument when they are not a `Message`.
 template <typename Message>

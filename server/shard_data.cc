@@ -256,6 +256,7 @@ void Shard::Data(transport::Request request, transport::ReplyCallback reply) {
       return;
     }
   }
+  if (!run_here) LetOwnersRun();
 }
 
 void Shard::ExplainWait(void* shard, std::shared_ptr<PendingRequest> request,

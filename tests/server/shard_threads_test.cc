@@ -2,13 +2,18 @@
 // kRunHereBytes on the thread that received it: waking the partition's owner thread costs more
 // than such an update, and on two CPUs the woken owner waited for one (256 KiB push+pulls took
 // 130 to 180 us where their echo took 50; bench/PERFORMANCE.md). Larger requests go to the
-// owner. Over the in-process transport, whose answers complete on the thread that gives them.
+// owner, which starts on it before the receiving thread moves on. Over the in-process transport,
+// whose answers complete on the thread that gives them.
 #include <pthread.h>
+#include <sched.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -20,6 +25,7 @@
 namespace hetps::server {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::StartsWith;
 
 std::string ThreadName() {
@@ -30,9 +36,9 @@ std::string ThreadName() {
 
 class ShardThreadsTest : public ShardTest {
  protected:
-  // Declares a tensor of one partition of `elements` on shard 0, pushes ones to it as worker 0
-  // and returns the name of the thread its answer came from.
-  std::string PushAnsweredOn(uint64_t elements) {
+  // Declares a tensor of one partition of `elements` on shard 0 (its owner thread is the one
+  // after the previous partition's).
+  hetps::v1::TensorDecl DeclareOnShard0(uint64_t elements) {
     std::string name;
     for (int i = 0; name.empty() || ShardOfPartition(TensorKeyFromName(name), 0, 2) != 0; ++i) {
       name = absl::StrCat("threads", elements, "-", i);
@@ -43,14 +49,25 @@ class ShardThreadsTest : public ShardTest {
     decl.set_num_elements(elements);
     decl.set_partition_elements(elements);
     EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)).ok());
-    hetps::v1::PartitionItem item = Item(0, elements * sizeof(float));
-    item.set_tensor_key(decl.key());
+    return decl;
+  }
 
+  // A push of ones to that tensor as worker 0.
+  transport::Request PushOf(const hetps::v1::TensorDecl& decl) {
+    hetps::v1::PartitionItem item = Item(0, decl.num_elements() * sizeof(float));
+    item.set_tensor_key(decl.key());
     transport::Request request;
     request.method = hetps::v1::METHOD_PUSH;
     request.header = Push({item}).SerializeAsString();
-    request.payload = Gradient(elements * sizeof(float));
+    request.payload = Gradient(decl.num_elements() * sizeof(float));
     request.deadline = absl::Now() + absl::Seconds(30);
+    return request;
+  }
+
+  // Pushes to a new tensor of one partition of `elements` and returns the name of the thread
+  // its answer came from.
+  std::string PushAnsweredOn(uint64_t elements) {
+    transport::Request request = PushOf(DeclareOnShard0(elements));
     absl::Notification answered;
     std::string thread;
     shard0_->Call(std::move(request), [&](absl::StatusOr<transport::Response> response) {
@@ -70,6 +87,77 @@ TEST_P(ShardThreadsTest, AnIdleShardAppliesUpToAMebibyteOnTheReceivingThread) {
   EXPECT_THAT(PushAnsweredOn(kMebibyte / sizeof(float)), StartsWith("inproc"));
   EXPECT_THAT(PushAnsweredOn(2 * kMebibyte / sizeof(float)), StartsWith("shard-owner"));
 }
+
+// The shards' threads and the test's share one CPU under SCHED_FIFO at one priority, where a
+// thread keeps the CPU until it blocks or yields: which thread runs when is then decided, not a
+// matter of timing. Skipped where the process may not use SCHED_FIFO (it needs CAP_SYS_NICE).
+class ShardOnOneCpuTest : public ShardThreadsTest {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(sched_getaffinity(0, sizeof(saved_cpus_), &saved_cpus_), 0);
+    saved_policy_ = sched_getscheduler(0);
+    ASSERT_EQ(sched_getparam(0, &saved_param_), 0);
+    sched_param fifo = {};
+    fifo.sched_priority = 1;
+    if (sched_setscheduler(0, SCHED_FIFO, &fifo) != 0) {
+      GTEST_SKIP() << "this process may not use SCHED_FIFO (" << std::strerror(errno)
+                   << "), which the test needs to decide which thread runs";
+    }
+    changed_ = true;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &saved_cpus_)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    ShardThreadsTest::SetUp();  // the shards' threads inherit both
+  }
+
+  void TearDown() override {
+    ShardThreadsTest::TearDown();
+    if (!changed_) return;
+    EXPECT_EQ(sched_setscheduler(0, saved_policy_, &saved_param_), 0);
+    EXPECT_EQ(sched_setaffinity(0, sizeof(saved_cpus_), &saved_cpus_), 0);
+  }
+
+  cpu_set_t saved_cpus_;
+  int saved_policy_ = SCHED_OTHER;
+  sched_param saved_param_ = {};
+  bool changed_ = false;
+};
+
+// A request too large to run where it was received goes to its owner thread, which must start
+// on it before the receiving thread takes the next request; otherwise, on a shard with one CPU,
+// the receiving thread takes in every message of a large push-pull before any is answered.
+TEST_P(ShardOnOneCpuTest, AnOwnerGivenALargeRequestRunsBeforeTheReceivingThreadMovesOn) {
+  // Posted to its owner thread; the small one, for the next owner thread, which is idle, runs
+  // on the receiving thread.
+  const hetps::v1::TensorDecl large = DeclareOnShard0(2 * kRunHereBytes / sizeof(float));
+  const hetps::v1::TensorDecl small = DeclareOnShard0(16);
+  absl::Mutex mu;
+  std::vector<std::string> answered;
+  auto answer = [&](std::string what) {
+    return [&, what](absl::StatusOr<transport::Response> response) {
+      EXPECT_TRUE(response.ok()) << what << ": " << response.status();
+      absl::MutexLock lock(&mu);
+      answered.push_back(what);
+    };
+  };
+  // This thread keeps the CPU until it waits: both requests are queued on the shard's receiving
+  // thread before it takes the first.
+  shard0_->Call(PushOf(large), answer("large"));
+  shard0_->Call(PushOf(small), answer("small"));
+  absl::MutexLock lock(&mu);
+  auto both = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered.size() == 2; };
+  ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(30)));
+  EXPECT_THAT(answered, ElementsAre("large", "small"));
+}
+
+INSTANTIATE_TEST_SUITE_P(InProc, ShardOnOneCpuTest, ::testing::Values(std::string("inproc")),
+                         [](const auto& info) { return testing::TestName(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(InProc, ShardThreadsTest, ::testing::Values(std::string("inproc")),
                          [](const auto& info) { return testing::TestName(info.param); });
