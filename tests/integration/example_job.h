@@ -77,6 +77,15 @@ inline std::string WorkerLog(const LocalCluster& cluster, int rank) {
   return ReadFile(absl::StrCat(cluster.dir(), "/worker", rank, ".log"));
 }
 
+// Every shard's log, each under a line naming it: what a report of a failed job needs.
+inline std::string ShardLogs(const LocalCluster& cluster) {
+  std::string logs;
+  for (int i = 0; i < static_cast<int>(cluster.addresses().size()); ++i) {
+    absl::StrAppend(&logs, "--- shard ", i, " ---\n", ReadFile(cluster.shard_log(i)));
+  }
+  return logs;
+}
+
 // The same training in one process: the workers' gradients summed in rank order, then SGD.
 inline std::vector<float> SingleProcessReference(int world_size, int steps) {
   examples::LinregProblem problem;

@@ -53,7 +53,8 @@ class ReplicationTest : public integration::ExampleJobTest {
   // Both workers end, with the weights of one process running the same `steps` of Adam.
   void ExpectTheJobEndsLikeOneProcess(int steps) {
     for (int r = 0; r < 2; ++r) {
-      ASSERT_EQ(workers_[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+      ASSERT_EQ(workers_[r]->Wait(absl::Seconds(120)), 0)
+          << WorkerLog(cluster_, r) << integration::ShardLogs(cluster_);
     }
     const std::vector<float> reference =
         integration::SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});

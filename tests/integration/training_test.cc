@@ -293,8 +293,8 @@ TEST_P(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
   workers[2]->Signal(SIGKILL);
   for (int r = 0; r < 2; ++r) ExpectDeadlineFailure(*workers[r], cluster_, r);
   // The shards are still alive and serving.
-  EXPECT_TRUE(cluster_.shard(0).running());
-  EXPECT_TRUE(cluster_.shard(1).running());
+  EXPECT_TRUE(cluster_.shard(0).running()) << integration::ShardLogs(cluster_);
+  EXPECT_TRUE(cluster_.shard(1).running()) << integration::ShardLogs(cluster_);
 }
 
 TEST_P(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
