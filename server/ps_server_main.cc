@@ -212,6 +212,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A write to a connection whose peer is gone must fail with EPIPE, not end the shard: every
+  // library that writes to sockets (gRPC, UCX, etcd's client) would have to pass MSG_NOSIGNAL
+  // on every send, and a shard killed that way leaves no line in its log.
+  signal(SIGPIPE, SIG_IGN);
   RaiseOpenFileLimit();
 
   hetps::server::ServerOptions options;

@@ -1,5 +1,5 @@
-// ps-server as an operator meets it: flags checked with messages that name them, --help, SIGHUP,
-// and a training job run twice against the same shards.
+// ps-server as an operator meets it: flags checked with messages that name them, --help, SIGHUP
+// and SIGPIPE, and a training job run twice against the same shards.
 #include <signal.h>
 #include <unistd.h>
 
@@ -204,6 +204,29 @@ TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
     EXPECT_TRUE(absl::StrContains(log(), "SIGHUP")) << log();
     cluster.shard(0).Signal(SIGTERM);
     EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(20)), 0) << log();
+  }
+}
+
+// A worker that dies mid-answer leaves the shard writing to a closed socket; SIGPIPE's default
+// action would end the shard without a line in its log.
+TEST(PsServerSignalsTest, SigpipeDoesNotEndTheShard) {
+  for (const std::string transport : {"ucx", "grpc"}) {
+    LocalCluster cluster;
+    ASSERT_TRUE(cluster.Start(1, 1, {"--transport=" + transport}).ok());
+    cluster.shard(0).Signal(SIGPIPE);
+    // Answered after the signal: a process it ends is gone, or going, by the time kill returns.
+    std::shared_ptr<transport::Transport> grpc = testing::NewTestTransport("grpc");
+    auto connection = grpc->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
+                                    testing::WorkerGreeting(0, 1, 0, 1));
+    ASSERT_TRUE(connection.ok()) << transport << ": " << connection.status();
+    transport::Request request;
+    request.method = hetps::v1::METHOD_ECHO;
+    request.deadline = absl::Now() + absl::Seconds(10);
+    EXPECT_TRUE(testing::CallAndWait(**connection, std::move(request)).ok()) << transport;
+    (*connection)->Shutdown();
+    ASSERT_TRUE(cluster.shard(0).running()) << transport << ": " << ReadFile(cluster.shard_log(0));
+    cluster.shard(0).Signal(SIGTERM);
+    EXPECT_EQ(cluster.shard(0).Wait(absl::Seconds(20)), 0) << ReadFile(cluster.shard_log(0));
   }
 }
 
