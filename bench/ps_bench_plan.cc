@@ -34,7 +34,7 @@ ABSL_FLAG(std::string, transport, "auto",
 ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin on the workers instead of sleeping (clients and embedded shards)");
 ABSL_FLAG(std::string, ucx_net_devices, "auto",
-          "UCX: network devices, e.g. mlx5_0:1 (auto: lo for loopback shards)");
+          "UCX: network devices, e.g. mlx5_0:1 (auto: those that reach the shards)");
 ABSL_FLAG(int, workers, 2, "Embedded mode: worker threads (each with its own client)");
 ABSL_FLAG(int, shards, 2, "Embedded mode: shards");
 ABSL_FLAG(std::string, dtype, "fp32", "Wire type of gradients and weights: fp32, bf16, fp16");

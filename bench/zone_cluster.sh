@@ -53,8 +53,7 @@ subnet="10.$((200 + $$ % 50)).$(($$ / 50 % 250))"
 pids=()
 namespaces=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kill_started
   for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
   ip link del "$bridge" 2>/dev/null || true
   rm -rf "$run_dir"

@@ -68,7 +68,8 @@ ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 #endif
 ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "UCX network devices, e.g. mlx5_0:1 or eth0; auto: lo when --host is a loopback "
-          "address, UCX's choice otherwise");
+          "address, the interface holding --host (and every RDMA port) for another, every "
+          "device for 0.0.0.0; UCX_NET_DEVICES in the environment wins");
 ABSL_FLAG(std::string, ucx_port_range, "",
           "UCX over TCP listens on one more port per network device, for workers' and other "
           "shards' data connections: LOW-HIGH keeps it in that range (firewalls); empty: any");

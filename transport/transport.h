@@ -140,8 +140,8 @@ struct TransportOptions {
   // Largest frame (header + payload) sent or received; larger ones are refused with
   // ResourceExhausted. Both ends of a connection must agree on it.
   size_t max_message_bytes = 64 << 20;
-  // UCX only (see transport/ucx/ucx_transport.h): network devices ("auto": lo for loopback
-  // peers), transports (UCX_TLS, empty: UCX's choice) and busy polling.
+  // UCX only (see transport/ucx/ucx_transport.h): network devices ("auto": those that reach
+  // the peer), transports (UCX_TLS, empty: UCX's choice) and busy polling.
   std::string ucx_net_devices = "auto";
   std::string ucx_tls;
   bool ucx_busy_poll = false;

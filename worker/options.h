@@ -58,7 +58,8 @@ struct ClientOptions {
   // with UCX). Ignored when transport_instance is set (tests use the in-process transport).
   std::string transport = "grpc";
   std::shared_ptr<transport::Transport> transport_instance;
-  // UCX: network devices ("auto": lo for shards on loopback addresses, UCX's choice otherwise).
+  // UCX: network devices ("auto": lo for shards on loopback addresses, else the interface that
+  // routes to the shard, plus every RDMA port).
   std::string ucx_net_devices = "auto";
   // UCX: spin instead of sleeping when idle, for the lowest latency (costs a CPU core). A
   // thread in Operation::Wait() then also sends and receives its messages itself, until done.

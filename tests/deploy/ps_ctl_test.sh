@@ -15,8 +15,7 @@ ctl="$source_dir/deploy/ctl/ps-ctl"
 run_dir=$(mktemp -d)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kill_started
   rm -rf "$run_dir"
 }
 trap cleanup EXIT

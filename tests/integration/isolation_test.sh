@@ -26,13 +26,9 @@ steps=200
 
 run_dir=$(mktemp -d)
 ns="hetps-iso-$$"
-subnet="10.231.$(($$ % 250)).$((($$ / 250 % 60) * 4))"
-host_ip="${subnet%.*}.$((${subnet##*.} + 1))"
-ns_ip="${subnet%.*}.$((${subnet##*.} + 2))"
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kill_started
   ip netns del "$ns" 2>/dev/null || true
   ip link del "veth-$$" 2>/dev/null || true
   rm -rf "$run_dir"
@@ -40,6 +36,8 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=../testing/script_helpers.sh
 source "$(dirname "$0")/../testing/script_helpers.sh"
+host_ip=$(pid_subnet_address 231 1)
+ns_ip=$(pid_subnet_address 231 2)
 
 ip netns add "$ns"
 ip link add "veth-$$" type veth peer name "veth-$$-ns"
@@ -111,8 +109,7 @@ grep -q "shard 0 is gone" "$run_dir/cut-shard1.log" || fail "shard 1 did not tak
 # no new lease (its copies are out of date): it serves nothing until it is restarted.
 ip netns exec "$ns" ip link set "veth-$$-ns" up
 await "grep -q 'no lease may replace' $run_dir/cut-shard0.log" 60
-for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-wait 2>/dev/null || true
+kill_started
 pids=()
 
 start_cluster whole whole

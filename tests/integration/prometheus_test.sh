@@ -24,8 +24,7 @@ worker="$build_dir/worker/examples/linear_regression"
 run_dir=$(mktemp -d)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kill_started
   rm -rf "$run_dir"
 }
 trap cleanup EXIT

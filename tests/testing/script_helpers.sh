@@ -26,3 +26,16 @@ free_port() {
   python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' \
     "${1:-}"
 }
+
+# Ends (SIGKILL) every process whose pid is in the array `pids` (those the script started) and
+# reaps them.
+kill_started() {
+  for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+
+# Address $2 (1 or 2) of a /30 in 10.$1.0.0/16 that this script's pid picks, so that concurrent
+# runs of network-namespace tests do not share subnets.
+pid_subnet_address() {
+  echo "10.$1.$(($$ % 250)).$((($$ / 250 % 60) * 4 + $2))"
+}

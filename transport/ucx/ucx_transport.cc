@@ -8,28 +8,24 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "common/timer_queue.h"
 #include "transport/grpc/grpc_transport.h"
+#include "transport/ucx/net_devices.h"
 #include "transport/ucx/ucx_client.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport {
 namespace {
 
-// True for 127.0.0.0/8, localhost and [::1].
-bool IsLoopback(const std::string& address) {
-  const std::string host = address.substr(0, address.rfind(':'));
-  return absl::StartsWith(host, "127.") || host == "localhost" || host == "[::1]";
-}
-
-// "auto" devices: loopback peers use lo only, so no other interface carries their traffic.
-UcxOptions Resolve(UcxOptions options, const std::string& address) {
-  if (options.net_devices == "auto") options.net_devices = IsLoopback(address) ? "lo" : "";
+// "auto" devices: those that carry traffic to `address` (transport/ucx/net_devices.h).
+UcxOptions Resolve(UcxOptions options, const std::string& address, bool listening) {
+  if (options.net_devices == "auto") {
+    options.net_devices = ucx_internal::AutoNetDevices(address, listening);
+  }
   return options;
 }
 
@@ -55,7 +51,8 @@ class UcxTransport final : public Transport {
                                                    RequestHandler* handler) override {
     HETPS_ASSIGN_OR_RETURN(
         std::unique_ptr<ucx_internal::UcxListener> listener,
-        ucx_internal::UcxListener::Start(address, handler, Resolve(options_, address), grpc_));
+        ucx_internal::UcxListener::Start(address, handler,
+                                         Resolve(options_, address, /*listening=*/true), grpc_));
     return std::unique_ptr<Listener>(std::move(listener));
   }
 
@@ -109,9 +106,9 @@ class UcxTransport final : public Transport {
     return workers;
   }
 
-  // One client worker per set of network devices (loopback peers get a lo-only one).
+  // One client worker per set of network devices (those that reach the peer).
   absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address) {
-    const UcxOptions options = Resolve(options_, address);
+    const UcxOptions options = Resolve(options_, address, /*listening=*/false);
     absl::MutexLock lock(&mu_);
     if (auto it = client_workers_.find(options.net_devices); it != client_workers_.end()) {
       return it->second.get();

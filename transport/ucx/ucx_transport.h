@@ -26,8 +26,9 @@ struct UcxOptions {
   // UCX transports to use (UCX_TLS), e.g. "tcp" or "shm,tcp"; empty: UCX's choice or the
   // UCX_TLS environment variable.
   std::string tls;
-  // Network devices (UCX_NET_DEVICES). "auto": "lo" when the peer's address is a loopback
-  // address (no other interface gets involved), UCX's choice otherwise.
+  // Network devices (UCX_NET_DEVICES). "auto": those that carry the traffic anyway: "lo" for
+  // loopback addresses, else the interface that holds a listener's address or routes to a
+  // peer, plus every RDMA port (transport/ucx/net_devices.h).
   std::string net_devices = "auto";
   // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
   // CPU). Callers then also send from their own thread, and Drive() until their calls are

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# UCX's "auto" network devices on a multi-homed machine: the shard's namespace and the worker's
+# each have a link to the other and, created first, an interface that leads nowhere the other
+# side can reach (as a container bridge or a second network does). UCX over TCP offers a peer
+# every interface and connects to any that the peer offers; with "auto" a shard offers the
+# interface of its --host and a worker the one it routes the shard's address through, so every
+# run connects, and over the link. Before, most runs failed with "Destination is unreachable".
+#
+#   tests/integration/net_devices_test.sh SOURCE_DIR BUILD_DIR
+# Needs root and iproute2 (skipped, exit 77, otherwise).
+set -euo pipefail
+
+build_dir=$2
+if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+  echo "skipped: needs root and iproute2"
+  exit 77
+fi
+export UCX_TLS=tcp  # the devices at stake are TCP's (shared memory would pass between namespaces)
+unset UCX_NET_DEVICES
+
+run_dir=$(mktemp -d)
+tag=$$
+shard_ns="hetps-nd-shard-$tag"
+worker_ns="hetps-nd-worker-$tag"
+dead_end_ns="hetps-nd-none-$tag"
+pids=()
+cleanup() {
+  kill_started
+  for ns in "$shard_ns" "$worker_ns" "$dead_end_ns"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+# shellcheck source=../testing/script_helpers.sh
+source "$(dirname "$0")/../testing/script_helpers.sh"
+shard_ip=$(pid_subnet_address 232 1)
+worker_ip=$(pid_subnet_address 232 2)
+
+for ns in "$shard_ns" "$worker_ns" "$dead_end_ns"; do
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+done
+# The dead ends first: they come before the link in each namespace's list of interfaces.
+dead_end() {  # namespace, interface, address
+  ip link add "$2" type veth peer name "$2x"
+  ip link set "$2" netns "$1"
+  ip link set "$2x" netns "$dead_end_ns"
+  ip -n "$1" addr add "$3/30" dev "$2"
+  ip -n "$1" link set "$2" up
+  ip -n "$dead_end_ns" link set "$2x" up
+}
+dead_end "$shard_ns" "nd${tag}s" "$(pid_subnet_address 235 1)"
+dead_end "$worker_ns" "nd${tag}w" "$(pid_subnet_address 236 2)"
+ip link add "nl${tag}s" type veth peer name "nl${tag}w"
+ip link set "nl${tag}s" netns "$shard_ns"
+ip link set "nl${tag}w" netns "$worker_ns"
+ip -n "$shard_ns" addr add "$shard_ip/30" dev "nl${tag}s"
+ip -n "$worker_ns" addr add "$worker_ip/30" dev "nl${tag}w"
+ip -n "$shard_ns" link set "nl${tag}s" up
+ip -n "$worker_ns" link set "nl${tag}w" up
+
+ip netns exec "$shard_ns" "$build_dir/server/ps-server" --transport ucx --host "$shard_ip" \
+  --port 0 --port_file "$run_dir/port" --lifetime_s 170 >"$run_dir/shard.log" 2>&1 &
+pids+=($!)
+await "[ -s $run_dir/port ]" 30
+for run in 1 2 3 4; do
+  out="$run_dir/bench$run.out"
+  ip netns exec "$worker_ns" env HETPS_LOG_LEVEL=info timeout 60 "$build_dir/bench/ps-bench" \
+    --servers "$shard_ip:$(cat "$run_dir/port")" --transport ucx --op pushpull -b 4K -e 1M -f 16 \
+    --duration_s 0.1 --check >"$out" 2>&1 || fail "ps-bench run $run failed"
+  lanes=$(grep -o 'lane\[[0-9]\]: *[0-9]*:[a-z]*/[^ .]*' "$out" | sed 's/.*://' | sort -u)
+  [ -n "$lanes" ] || fail "ps-bench run $run logged no UCX connection"
+  [ "$lanes" = "tcp/nl${tag}w" ] || fail "ps-bench run $run used $lanes, not tcp/nl${tag}w"
+done
+echo "ok: 4 runs across a multi-homed pair of namespaces connected over the link (tcp/nl${tag}w)"
