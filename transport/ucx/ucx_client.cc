@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_client.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "transport/internal/call_scope.h"
 #include "transport/internal/call_tracker.h"
 #include "transport/ucx/send_window.h"
+#include "transport/ucx/shared_memory.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport::ucx_internal {
@@ -108,6 +110,9 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
 
 absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOptions& options) {
   auto client = std::make_unique<ClientWorker>();
+  const char* environment_tls = std::getenv("UCX_TLS");
+  client->maps_memory = MayMapMemory(
+      !options.tls.empty() ? options.tls : (environment_tls != nullptr ? environment_tls : ""));
   HETPS_ASSIGN_OR_RETURN(client->worker, UcxWorker::Create(options, "ucx-client"));
   ClientWorker* raw = client.get();
   raw->worker->Post([raw] {
@@ -138,6 +143,8 @@ void ClientCore::StartBootstrap() {
   bootstrap_request.set_connection_id(local_id);
   bootstrap_request.set_frame_version(kUcxFrameVersion);
   bootstrap_request.set_greeting(greeting);
+  bootstrap_request.set_machine(MachineAndNamespaces());
+  bootstrap_request.set_maps_memory(client_worker->maps_memory);
   CallBootstrap(bootstrap_request, absl::Seconds(5), &ClientCore::OnBootstrapped);
 }
 
@@ -167,6 +174,9 @@ void ClientCore::OnBootstrapped(absl::StatusOr<Response> response) {
         absl::StrFormat("the server speaks UCX frame version %d, this client %d (mixed hetps "
                         "versions?)",
                         bootstrap_response.frame_version(), kUcxFrameVersion));
+  }
+  if (status.ok() && bootstrap_response.without_mapped_memory()) {
+    status = MappedMemoryRefused(address);
   }
   if (status.code() == absl::StatusCode::kUnimplemented) {
     status = absl::UnavailableError(
@@ -434,6 +444,7 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   };
   AwaitUntil(core->mu, absl::Condition(&settled), deadline);
   if (!core->ready) {
+    if (IsMappedMemoryRefused(core->last_error)) return core->last_error;  // the caller retries
     // A refusal keeps its code (the server did not admit this client's greeting).
     return absl::Status(
         core->last_error.ok() ? absl::StatusCode::kUnavailable : core->last_error.code(),

@@ -30,6 +30,8 @@ struct ClientWorker {
   }
 
   std::unique_ptr<UcxWorker> worker;
+  // UCX may pick memory-mapped transports for this worker (transport/ucx/shared_memory.h).
+  bool maps_memory = true;
   std::atomic<uint64_t> next_connection{1};
   // Only by the thread holding the worker: connections by their number (responses carry it).
   absl::flat_hash_map<uint64_t, std::weak_ptr<ClientCore>> connections;

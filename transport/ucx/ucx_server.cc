@@ -18,6 +18,7 @@
 #include "proto/frame.pb.h"
 #include "transport/internal/server_connection.h"
 #include "transport/ucx/send_window.h"
+#include "transport/ucx/shared_memory.h"
 
 namespace hetps::transport::ucx_internal {
 
@@ -282,6 +283,15 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
   if (bootstrap.address_only()) {
     hetps::v1::UcxBootstrapResponse response;
     response.set_worker_address(worker->address());
+    Response out;
+    out.header = response.SerializeAsString();
+    reply(std::move(out));
+    return;
+  }
+  if (bootstrap.maps_memory() && WakeupsCannotCross(bootstrap.machine(), MachineAndNamespaces())) {
+    hetps::v1::UcxBootstrapResponse response;
+    response.set_without_mapped_memory(true);
+    response.set_frame_version(kUcxFrameVersion);
     Response out;
     out.header = response.SerializeAsString();
     reply(std::move(out));

@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
@@ -15,6 +17,7 @@
 #include "common/timer_queue.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/ucx/net_devices.h"
+#include "transport/ucx/shared_memory.h"
 #include "transport/ucx/ucx_client.h"
 #include "transport/ucx/ucx_server.h"
 
@@ -60,11 +63,19 @@ class UcxTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<Connection>> Connect(const std::string& address,
                                                       absl::Time deadline,
                                                       const ConnectOptions& options) override {
-    HETPS_ASSIGN_OR_RETURN(ucx_internal::ClientWorker * worker, WorkerFor(address));
-    HETPS_ASSIGN_OR_RETURN(std::unique_ptr<ucx_internal::UcxConnection> connection,
-                           ucx_internal::UcxConnection::Connect(address, deadline, options, worker,
-                                                                grpc_, &timers_, options_));
-    return std::unique_ptr<Connection>(std::move(connection));
+    HETPS_ASSIGN_OR_RETURN(ucx_internal::ClientWorker * worker,
+                           WorkerFor(address, /*map_memory=*/true));
+    absl::StatusOr<std::unique_ptr<ucx_internal::UcxConnection>> connection =
+        ucx_internal::UcxConnection::Connect(address, deadline, options, worker, grpc_, &timers_,
+                                             options_);
+    if (!connection.ok() && ucx_internal::IsMappedMemoryRefused(connection.status())) {
+      // Another network namespace of this machine (transport/ucx/shared_memory.h).
+      HETPS_ASSIGN_OR_RETURN(worker, WorkerFor(address, /*map_memory=*/false));
+      connection = ucx_internal::UcxConnection::Connect(address, deadline, options, worker, grpc_,
+                                                        &timers_, options_);
+    }
+    if (!connection.ok()) return connection.status();
+    return std::unique_ptr<Connection>(*std::move(connection));
   }
 
   // Drives for as long as a progress thread would poll: until done with busy polling, else
@@ -106,17 +117,27 @@ class UcxTransport final : public Transport {
     return workers;
   }
 
-  // One client worker per set of network devices (those that reach the peer).
-  absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address) {
-    const UcxOptions options = Resolve(options_, address, /*listening=*/false);
-    absl::MutexLock lock(&mu_);
-    if (auto it = client_workers_.find(options.net_devices); it != client_workers_.end()) {
-      return it->second.get();
+  // One client worker per set of network devices (those that reach the peer) and transports
+  // (without memory-mapped ones for peers whose wake-ups they would lose).
+  absl::StatusOr<ucx_internal::ClientWorker*> WorkerFor(const std::string& address,
+                                                        bool map_memory) {
+    UcxOptions options = Resolve(options_, address, /*listening=*/false);
+    if (!map_memory) {
+      const char* environment = std::getenv("UCX_TLS");
+      options.tls = ucx_internal::WithoutMappedMemory(
+          !options.tls.empty() ? options.tls : (environment != nullptr ? environment : ""));
+      if (options.tls.empty()) {
+        return ucx_internal::MappedMemoryRefused(
+            absl::StrCat(address, " (and UCX may use no transport but memory-mapped ones here)"));
+      }
     }
+    const std::string key = absl::StrCat(options.net_devices, "|", options.tls);
+    absl::MutexLock lock(&mu_);
+    if (auto it = client_workers_.find(key); it != client_workers_.end()) return it->second.get();
     // Only a worker that exists goes into the map: Drive() uses every entry.
     HETPS_ASSIGN_OR_RETURN(std::unique_ptr<ucx_internal::ClientWorker> worker,
                            ucx_internal::ClientWorker::Create(options));
-    return client_workers_.emplace(options.net_devices, std::move(worker)).first->second.get();
+    return client_workers_.emplace(key, std::move(worker)).first->second.get();
   }
 
   const UcxOptions options_;
