@@ -1,8 +1,11 @@
 #include "server/etcd_client.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "grpc/support/time.h"
@@ -44,14 +47,21 @@ class GrpcEtcdClient final : public EtcdClient {
         kv_(etcdserverpb::KV::NewStub(channel)),
         lease_(etcdserverpb::Lease::NewStub(channel)) {}
 
-  // One unary call with the client's deadline; errors name etcd and `what`.
+  // The sooner of `deadline` and the client's call timeout from now.
+  absl::Time CallDeadline(absl::Time deadline) const {
+    return std::min(deadline, hetps::Now() + call_timeout());
+  }
+
+  // One unary call by CallDeadline(deadline); errors name etcd and `what`.
   template <typename Stub, typename Request, typename Response>
   absl::Status Unary(Stub* stub,
                      grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                     const Request& request, Response* response, const char* what) {
+                     const Request& request, Response* response, const char* what,
+                     absl::Time deadline = absl::InfiniteFuture()) {
     grpc::ClientContext context;
     // On gRPC's monotonic clock: a lease renewal must fail within the lease's time.
-    context.set_deadline(transport::GrpcDeadline(hetps::Now() + call_timeout()));
+    context.set_deadline(transport::GrpcDeadline(CallDeadline(deadline)));
+    InFlight in_flight(this, &context);
     return FromGrpc((stub->*method)(&context, request, response), endpoint(), what);
   }
 
@@ -120,12 +130,12 @@ class GrpcEtcdClient final : public EtcdClient {
     return Unary(kv_.get(), &etcdserverpb::KV::Stub::DeleteRange, request, &response, "delete");
   }
 
-  absl::StatusOr<Lease> GrantLease(absl::Duration ttl) override {
+  absl::StatusOr<Lease> GrantLease(absl::Duration ttl, absl::Time deadline) override {
     etcdserverpb::LeaseGrantRequest request;
     request.set_ttl(std::max<int64_t>(1, absl::ToInt64Seconds(ttl)));
     etcdserverpb::LeaseGrantResponse response;
     if (absl::Status status = Unary(lease_.get(), &etcdserverpb::Lease::Stub::LeaseGrant, request,
-                                    &response, "grant lease");
+                                    &response, "grant lease", deadline);
         !status.ok()) {
       return status;
     }
@@ -136,9 +146,10 @@ class GrpcEtcdClient final : public EtcdClient {
     return Lease{response.id(), absl::Seconds(response.ttl())};
   }
 
-  absl::StatusOr<absl::Duration> RenewLease(int64_t lease) override {
+  absl::StatusOr<absl::Duration> RenewLease(int64_t lease, absl::Time deadline) override {
     grpc::ClientContext context;
-    context.set_deadline(transport::GrpcDeadline(hetps::Now() + call_timeout()));
+    context.set_deadline(transport::GrpcDeadline(CallDeadline(deadline)));
+    InFlight in_flight(this, &context);
     std::unique_ptr<grpc::ClientReaderWriter<etcdserverpb::LeaseKeepAliveRequest,
                                              etcdserverpb::LeaseKeepAliveResponse>>
         stream = lease_->LeaseKeepAlive(&context);
@@ -160,15 +171,40 @@ class GrpcEtcdClient final : public EtcdClient {
     return absl::Seconds(response.ttl());
   }
 
-  absl::Status RevokeLease(int64_t lease) override {
+  absl::Status RevokeLease(int64_t lease, absl::Time deadline) override {
     etcdserverpb::LeaseRevokeRequest request;
     request.set_id(lease);
     etcdserverpb::LeaseRevokeResponse response;
     return Unary(lease_.get(), &etcdserverpb::Lease::Stub::LeaseRevoke, request, &response,
-                 "revoke lease");
+                 "revoke lease", deadline);
+  }
+
+  void CancelCalls() override {
+    absl::MutexLock lock(&mu_);
+    for (grpc::ClientContext* context : in_flight_) context->TryCancel();
   }
 
  private:
+  // Registers a call's context for CancelCalls while it lives.
+  class InFlight {
+   public:
+    InFlight(GrpcEtcdClient* client, grpc::ClientContext* context)
+        : client_(client), context_(context) {
+      absl::MutexLock lock(&client_->mu_);
+      client_->in_flight_.insert(context_);
+    }
+    ~InFlight() {
+      absl::MutexLock lock(&client_->mu_);
+      client_->in_flight_.erase(context_);
+    }
+
+   private:
+    GrpcEtcdClient* const client_;
+    grpc::ClientContext* const context_;
+  };
+
+  absl::Mutex mu_;
+  absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<etcdserverpb::KV::Stub> kv_;
   std::unique_ptr<etcdserverpb::Lease::Stub> lease_;
 };

@@ -58,10 +58,16 @@ class EtcdClient {
     int64_t id = 0;
     absl::Duration ttl;
   };
-  virtual absl::StatusOr<Lease> GrantLease(absl::Duration ttl) = 0;
+  // The lease calls end by `deadline` or the client's call timeout, whichever comes first: an
+  // answer that comes after the lease it is about has ended is of no use.
+  virtual absl::StatusOr<Lease> GrantLease(absl::Duration ttl, absl::Time deadline) = 0;
   // Renews it once: the time to live it has again. NotFound if it has already ended.
-  virtual absl::StatusOr<absl::Duration> RenewLease(int64_t lease) = 0;
-  virtual absl::Status RevokeLease(int64_t lease) = 0;
+  virtual absl::StatusOr<absl::Duration> RenewLease(int64_t lease, absl::Time deadline) = 0;
+  virtual absl::Status RevokeLease(int64_t lease, absl::Time deadline) = 0;
+
+  // Ends the calls in flight now (Cancelled), for a process that stops: a silent etcd would
+  // otherwise hold each for its deadline. Later calls go ahead as usual.
+  virtual void CancelCalls() = 0;
 
  protected:
   EtcdClient(std::string endpoint, absl::Duration call_timeout)

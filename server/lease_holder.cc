@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/await.h"
+#include "common/clock.h"
 #include "common/log.h"
 
 namespace hetps::server {
@@ -12,7 +13,7 @@ absl::StatusOr<std::unique_ptr<LeaseHolder>> LeaseHolder::Start(EtcdClient* etcd
                                                                 absl::Duration ttl,
                                                                 Replace replace) {
   const Clock::time_point asked = Clock::now();
-  absl::StatusOr<EtcdClient::Lease> lease = etcd->GrantLease(ttl);
+  absl::StatusOr<EtcdClient::Lease> lease = etcd->GrantLease(ttl, absl::InfiniteFuture());
   if (!lease.ok()) return lease.status();
   return std::unique_ptr<LeaseHolder>(new LeaseHolder(etcd, lease->id, lease->ttl,
                                                       asked + absl::ToChronoNanoseconds(lease->ttl),
@@ -27,6 +28,10 @@ LeaseHolder::LeaseHolder(EtcdClient* etcd, int64_t id, absl::Duration ttl,
       replace_(std::move(replace)),
       valid_until_(valid_until.time_since_epoch().count()) {
   thread_ = std::thread([this] { Run(); });
+}
+
+absl::Time LeaseHolder::ValidUntil() const {
+  return hetps::Now() + absl::FromChrono(valid_until() - Clock::now());
 }
 
 void LeaseHolder::ExtendTo(Clock::time_point until) {
@@ -48,7 +53,7 @@ void LeaseHolder::Run() {
     }
     mu_.Unlock();
     const Clock::time_point sent = Clock::now();
-    absl::StatusOr<absl::Duration> renewed = etcd_->RenewLease(id());
+    absl::StatusOr<absl::Duration> renewed = etcd_->RenewLease(id(), absl::InfiniteFuture());
     mu_.Lock();
     absl::Duration pause = period;
     if (renewed.ok()) {
@@ -77,7 +82,8 @@ bool LeaseHolder::ReplaceLost() {
   while (!stopping_) {
     mu_.Unlock();
     const Clock::time_point asked = Clock::now();
-    absl::StatusOr<EtcdClient::Lease> lease = etcd_->GrantLease(ttl_);
+    // A lease granted after its time to live would already have ended here.
+    absl::StatusOr<EtcdClient::Lease> lease = etcd_->GrantLease(ttl_, hetps::Now() + ttl_);
     absl::Status taken = lease.status();
     if (lease.ok()) {
       const int64_t ended = id();
@@ -88,7 +94,9 @@ bool LeaseHolder::ReplaceLost() {
         LogWarning("new etcd lease %x in place of %x, which ended", lease->id, ended);
       } else {
         id_.store(ended, std::memory_order_release);
-        if (absl::Status revoked = etcd_->RevokeLease(lease->id); !revoked.ok()) {
+        // Unrevoked, it ends within its time to live anyway.
+        if (absl::Status revoked = etcd_->RevokeLease(lease->id, hetps::Now() + lease->ttl);
+            !revoked.ok()) {
           LogWarning("etcd lease %x not revoked: %s", lease->id, revoked.ToString());
         }
       }
@@ -114,12 +122,15 @@ void LeaseHolder::Stop(bool revoke) {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
+  // A renewal or grant in flight would hold the join until etcd answers or its call times out.
+  etcd_->CancelCalls();
   std::call_once(joined_, [this] { thread_.join(); });
-  if (revoke) {
-    absl::Status revoked = etcd_->RevokeLease(id_);
+  // Only a lease that still holds needs revoking, and only until it would end by itself.
+  if (revoke && held()) {
+    absl::Status revoked = etcd_->RevokeLease(id_, ValidUntil());
     if (!revoked.ok()) LogWarning("etcd lease %x not revoked: %s", id_, revoked.ToString());
-    valid_until_.store(0, std::memory_order_release);
   }
+  if (revoke) valid_until_.store(0, std::memory_order_release);
 }
 
 }  // namespace hetps::server

@@ -59,10 +59,14 @@ class LeaseHolder {
   }
   // Lock-free: shards ask on every request.
   bool held() const { return Clock::now() < valid_until(); }
+  // valid_until() on hetps::Now()'s clock: a call that ends the lease need not outlive it.
+  absl::Time ValidUntil() const;
   // Lost, and no lease will replace it (no `replace`, Aborted from it, or stopped).
   bool ended() const { return ended_.load(std::memory_order_acquire); }
   // Stops renewing; with `revoke`, ends the lease at once (its keys go now, not after the time
-  // to live). Idempotent.
+  // to live). Idempotent. Ends the etcd client's calls in flight (EtcdClient::CancelCalls), and
+  // revokes only a lease that still holds, giving up when it would end by itself: a silent etcd
+  // holds a stop for no longer than the lease has left.
   void Stop(bool revoke);
 
  private:

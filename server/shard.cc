@@ -89,6 +89,8 @@ void Shard::Stop() {
     absl::MutexLock lock(&watch_mu_);
     watch_stopped_ = true;
   }
+  // The watcher's etcd calls: it sees stopped_ before the next one.
+  if (etcd_ != nullptr) etcd_->CancelCalls();
   if (watcher_.joinable()) watcher_.join();
   if (lease_ != nullptr) lease_->Stop(/*revoke=*/true);
   for (size_t owner = 0; owner < owners_.size(); ++owner) {

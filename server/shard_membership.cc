@@ -358,7 +358,8 @@ absl::Status Shard::JoinCluster() {
   HETPS_RETURN_IF_ERROR(etcd_->Put(ProcessKey(options_.shard_index), absl::StrCat(first_lease_)));
   if (absl::StatusOr<EtcdClient::Value> last = FindMember(options_.shard_index);
       last.ok() && last->lease != lease_->id()) {
-    if (absl::Status revoked = etcd_->RevokeLease(last->lease); !revoked.ok()) {
+    if (absl::Status revoked = etcd_->RevokeLease(last->lease, absl::InfiniteFuture());
+        !revoked.ok()) {
       LogWarning("shard %d: could not end the last run's etcd lease %x: %s", options_.shard_index,
                  last->lease, revoked.ToString());
     }

@@ -72,15 +72,17 @@ TEST_F(EtcdClientTest, PutIfIsACompareAndSwapOnTheKeysRevision) {
 }
 
 TEST_F(EtcdClientTest, AKeyPutWithALeaseGoesWhenTheLeaseEnds) {
-  absl::StatusOr<EtcdClient::Lease> lease = client_->GrantLease(absl::Seconds(1));
+  absl::StatusOr<EtcdClient::Lease> lease =
+      client_->GrantLease(absl::Seconds(1), absl::InfiniteFuture());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ(lease->ttl, absl::Seconds(1));
   ASSERT_TRUE(client_->Put("/job/alive", "yes", lease->id).ok());
-  absl::StatusOr<absl::Duration> renewed = client_->RenewLease(lease->id);
+  absl::StatusOr<absl::Duration> renewed = client_->RenewLease(lease->id, absl::InfiniteFuture());
   ASSERT_TRUE(renewed.ok()) << renewed.status();
   EXPECT_EQ(*renewed, absl::Seconds(1));
   EXPECT_TRUE(GoneWithin("/job/alive", absl::Seconds(10)));
-  EXPECT_EQ(client_->RenewLease(lease->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->RenewLease(lease->id, absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
@@ -104,6 +106,22 @@ TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
   (*holder)->Stop(/*revoke=*/false);
 }
 
+// A shard stopping while etcd does not answer (SIGTERM during an etcd outage) waits for
+// nothing past its lease: the renewal in flight is cancelled, and a lease that ended needs no
+// revoking. It waited for the etcd client's 5 s call timeout twice.
+TEST_F(EtcdClientTest, AHolderStoppedWhileEtcdIsSilentWaitsNoLongerThanItsLease) {
+  absl::StatusOr<std::unique_ptr<LeaseHolder>> holder =
+      LeaseHolder::Start(client_.get(), absl::Seconds(1));
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  ASSERT_TRUE(etcd_->process().Stop());
+  // By then a renewal is on its way (one every third of the lease) and gets no answer.
+  EXPECT_TRUE(testing::AwaitCondition([&] { return !(*holder)->held(); }, absl::Seconds(5)));
+  const absl::Time stopping = absl::Now();
+  (*holder)->Stop(/*revoke=*/true);
+  EXPECT_LT(absl::Now() - stopping, absl::Seconds(2));
+  etcd_->process().Signal(SIGCONT);
+}
+
 TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
   absl::Mutex mu;
   std::vector<std::pair<int64_t, int64_t>> replaced;  // (ended, granted)
@@ -119,7 +137,7 @@ TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
   const int64_t first = (*holder)->id();
   ASSERT_TRUE(client_->Put("/job/alive", "yes", first).ok());
   // etcd ends the lease (as it does when it is not renewed in time): the holder takes another.
-  ASSERT_TRUE(client_->RevokeLease(first).ok());
+  ASSERT_TRUE(client_->RevokeLease(first, absl::InfiniteFuture()).ok());
   ASSERT_TRUE(testing::AwaitCondition(
       [&] {
         absl::MutexLock lock(&mu);
@@ -155,7 +173,7 @@ TEST_F(EtcdClientTest, AHolderWhoseReplaceRefusesStaysWithoutALease) {
       });
   ASSERT_TRUE(holder.ok()) << holder.status();
   const int64_t first = (*holder)->id();
-  ASSERT_TRUE(client_->RevokeLease(first).ok());
+  ASSERT_TRUE(client_->RevokeLease(first, absl::InfiniteFuture()).ok());
   ASSERT_TRUE(testing::AwaitCondition([&] { return (*holder)->ended(); }, absl::Seconds(10)));
   EXPECT_FALSE((*holder)->held());
   EXPECT_EQ((*holder)->id(), first);  // the lease that ended: none replaced it

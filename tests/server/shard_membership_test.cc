@@ -1,5 +1,7 @@
 // Shards finding each other in etcd (Debian's etcd-server, started for the test on 127.0.0.1):
 // what a shard writes into the group records, and when.
+#include <signal.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +76,34 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
     EXPECT_EQ(fields[2], "1") << "shard 0 dropped its registered backup";
     absl::SleepFor(absl::Milliseconds(50));
   }
+}
+
+// A shard told to stop while etcd does not answer (SIGTERM during an etcd outage) waits for
+// etcd no longer than its lease: its watcher's read and its lease's renewal are cancelled, and
+// the lease is revoked only while it holds. It took 10 to 15 s (the etcd client's 5 s call
+// timeout, two or three times over).
+TEST(ShardMembershipTest, AShardStopsWithinItsLeaseWhileEtcdIsSilent) {
+  auto etcd = testing::EtcdProcess::Start();
+  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport("grpc");
+  ShardOptions options;
+  options.num_shards = 2;  // a watcher runs only where there is a backup to watch for
+  options.replicas = 2;
+  options.etcd = (*etcd)->endpoint();
+  options.lease_ttl = absl::Seconds(1);
+  options.peer_transport = transport.get();
+  Shard shard(options);
+  ASSERT_TRUE(shard.JoinCluster().ok());
+  ASSERT_TRUE(shard.Register("127.0.0.1:1").ok());
+  ASSERT_TRUE((*etcd)->process().Stop());
+  // Long enough for the watcher (every quarter lease) and the renewal (every third) to have
+  // sent what etcd now leaves unanswered.
+  absl::SleepFor(absl::Milliseconds(600));
+  const absl::Time stopping = absl::Now();
+  shard.Stop();
+  EXPECT_LT(absl::Now() - stopping, absl::Seconds(3));
+  (*etcd)->process().Signal(SIGCONT);
 }
 
 }  // namespace
