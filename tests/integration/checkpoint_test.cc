@@ -35,6 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 using integration::AwaitText;
 using integration::ReadFloats;
+using integration::ShardLogs;
 using integration::WorkerLog;
 using testing::BinaryPath;
 using testing::LocalCluster;
@@ -163,7 +164,8 @@ TEST_P(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedNamingTheFile) {
   {
     auto workers = StartWorkers(2, 20, "bsp", kAdam);
     for (int r = 0; r < 2; ++r) {
-      ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+      ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0)
+          << WorkerLog(cluster_, r) << ShardLogs(cluster_);
     }
   }
   const std::string good = server::CheckpointStepDir(dir, 20);
@@ -372,11 +374,11 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   cluster_.shard(1).Signal(SIGKILL);
   ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0) << WorkerLog(cluster_, r);
+    ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0)
+        << WorkerLog(cluster_, r) << ShardLogs(cluster_);
   }
   const std::string last = server::CheckpointStepDir(dir, steps);
-  ASSERT_TRUE(AwaitFile(last + "/MANIFEST", absl::Seconds(30)))
-      << ReadFile(cluster_.shard_log(0)) << ReadFile(cluster_.shard_log(2));
+  ASSERT_TRUE(AwaitFile(last + "/MANIFEST", absl::Seconds(30))) << ShardLogs(cluster_);
   // Shard 2 wrote shard 1's part (its writer logs after the part is durable: maybe after the
   // manifest, which the other part's writer may have committed).
   EXPECT_TRUE(
