@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -48,6 +49,12 @@ bool WakeupsCannotCross(absl::string_view client, absl::string_view server) {
   const std::vector<absl::string_view> b = absl::StrSplit(server, ' ');
   if (client.empty() || server.empty() || a.size() != 3 || b.size() != 3) return false;
   return a[0] == b[0] && a[1] == b[1] && a[2] != b[2];
+}
+
+std::string EffectiveTls(const std::string& tls) {
+  if (!tls.empty()) return tls;
+  const char* environment = std::getenv("UCX_TLS");
+  return environment != nullptr ? environment : "";
 }
 
 bool MayMapMemory(absl::string_view tls) {

@@ -27,6 +27,10 @@ const std::string& MachineAndNamespaces();
 // namespace but not the network namespace: memory-mapped transports would lose wake-ups.
 bool WakeupsCannotCross(absl::string_view client, absl::string_view server);
 
+// The UCX_TLS a worker made with `tls` runs with: `tls`, else the UCX_TLS environment
+// variable, else empty (UCX's default).
+std::string EffectiveTls(const std::string& tls);
+
 // Whether UCX may pick a memory-mapped transport given a UCX_TLS value (empty: UCX's default,
 // every transport).
 bool MayMapMemory(absl::string_view tls);

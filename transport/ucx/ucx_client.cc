@@ -1,7 +1,6 @@
 #include "transport/ucx/ucx_client.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -110,9 +109,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
 
 absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOptions& options) {
   auto client = std::make_unique<ClientWorker>();
-  const char* environment_tls = std::getenv("UCX_TLS");
-  client->maps_memory = MayMapMemory(
-      !options.tls.empty() ? options.tls : (environment_tls != nullptr ? environment_tls : ""));
+  client->maps_memory = MayMapMemory(EffectiveTls(options.tls));
   HETPS_ASSIGN_OR_RETURN(client->worker, UcxWorker::Create(options, "ucx-client"));
   ClientWorker* raw = client.get();
   raw->worker->Post([raw] {

@@ -1,7 +1,6 @@
 #include "transport/ucx/ucx_transport.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -123,9 +122,7 @@ class UcxTransport final : public Transport {
                                                         bool map_memory) {
     UcxOptions options = Resolve(options_, address, /*listening=*/false);
     if (!map_memory) {
-      const char* environment = std::getenv("UCX_TLS");
-      options.tls = ucx_internal::WithoutMappedMemory(
-          !options.tls.empty() ? options.tls : (environment != nullptr ? environment : ""));
+      options.tls = ucx_internal::WithoutMappedMemory(ucx_internal::EffectiveTls(options.tls));
       if (options.tls.empty()) {
         return ucx_internal::MappedMemoryRefused(
             absl::StrCat(address, " (and UCX may use no transport but memory-mapped ones here)"));
