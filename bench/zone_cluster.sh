@@ -8,15 +8,21 @@
 #  2. ps-bench's push-pull, run by every worker at once, against the bound the shaping sets:
 #     each worker moves the model once each way over its NIC (M / GPU_RATE), and each shard
 #     carries W/S of every worker's share (W * M / (S * CPU_RATE); more for a shard that holds
-#     more of the model's PARTITION_BYTES partitions); the larger is the step's bound and names
-#     the link that saturates. Target: p50 within 1.15x of the bound.
-#  3. What ps-plan (deploy/plan/ps-plan) predicts for the same layout, and its error.
+#     more of the model's partitions); the larger is the step's bound and names the link that
+#     saturates. Target: p50 within 1.15x of the bound.
+#  3. What ps-plan (deploy/plan/ps-plan) predicts for the same layout, and its error. The
+#     partitions are the size ps-plan recommends for the layout and model (printed last on each
+#     row), or PARTITION_BYTES: a step's push and pull overlap except for a partition's time at
+#     each end, so 1 MiB partitions cost a 2 x 2 zone of 1 Gbit/s links 1.25x at 16 MiB.
 #
 #   bench/zone_cluster.sh [build dir]
 #   SHARDS=2 WORKERS=2 GPU_RATE=1gbit CPU_RATE=1gbit SIZES="1M 16M 64M" bench/zone_cluster.sh build
 #
 # Needs root and iproute2 (ip, tc); exits 77 without them. Link delay (tc netem) is added with
-# DELAY_MS where the kernel has netem; without it the links are rate-limited only (tbf).
+# DELAY_MS where the kernel has netem; without it the links are rate-limited only (tbf). A NIC
+# sends at its rate from the first byte, so the token bucket is kept small (TBF_BURST, 128kb:
+# the least at which tbf still reaches its rate on this VM; 64kb gave 0.4 of it); at 512kb it
+# let 4 ms of each idle moment's traffic through at once, which hid a small model's pipeline.
 # TCP_CC=reno (or another the kernel allows in a namespace) sets the namespaces' TCP congestion
 # control; they inherit the host's otherwise (printed).
 # UCX runs over TCP (shared memory would pass between namespaces).
@@ -34,7 +40,7 @@ iterations=${ITERATIONS:-10}
 transport=${TRANSPORT:-grpc}
 delay_ms=${DELAY_MS:-0}
 steps=${STEPS:-20}
-partition_bytes=${PARTITION_BYTES:-1048576}
+partition_bytes=${PARTITION_BYTES:-auto}
 tcp_cc=${TCP_CC:-}
 check=${CHECK:-0}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
@@ -84,7 +90,7 @@ shape() {
     "${run[@]}" qdisc add dev "$dev" root netem delay "${delay_ms}ms" rate "$rate" limit 100000 ||
       fail "tc netem is not available in this kernel: run with DELAY_MS=0"
   else
-    "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst 512kb latency 100ms
+    "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst "${TBF_BURST:-128kb}" latency 100ms
   fi
 }
 netem_note="no delay (DELAY_MS=0)"
@@ -183,15 +189,25 @@ echo "training: $workers worker(s) x $steps Adam steps across the zone end bitwi
 gpu_bps=$(bits_per_second "$gpu_rate")
 cpu_bps=$(bits_per_second "$cpu_rate")
 plan="$(cd "$(dirname "$0")/.." && pwd)/deploy/plan/ps-plan"
-printf '%-6s | %11s %11s | %11s %-8s | %6s | %10s %6s\n' size "p50 (ms)" "GB/s/wkr" \
-  "bound (ms)" link "x bound" "plan (ms)" "error"
+printf '%-6s | %11s %11s | %11s %-8s | %6s | %10s %6s | %s\n' size "p50 (ms)" "GB/s/wkr" \
+  "bound (ms)" link "x bound" "plan (ms)" "error" partition
 for size in $sizes; do
+  bytes=$(bytes_of "$size")
+  # What ps-plan predicts for this layout, and the partition size it recommends for it.
+  plan_json=$("$plan" --params "$((bytes / 4))" --workers "$workers" \
+    --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
+    --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
+    --json)
+  read -r planned partition < <(python3 -c '
+import json, sys
+option = json.load(sys.stdin)["options"][0]
+print(option["communication_ms"], option["partition_bytes"])' <<<"$plan_json")
   start_shards zone
   bench_pids=()
   for ((i = 0; i < workers; ++i)); do
     ip netns exec "${tag}-g$i" "$bench" --servers "$servers" --rank "$i" \
       --world_size "$workers" --transport "$transport" --op pushpull -b "$size" -f 1 \
-      --iterations "$iterations" --warmup 2 --timeout_s 120 --partition_bytes "$partition_bytes" \
+      --iterations "$iterations" --warmup 2 --timeout_s 120 --partition_bytes "$partition" \
       --json "$run_dir/bench-$size-$i.json" $([ "$check" = 1 ] && echo --check) \
       >"$run_dir/bench-$size-$i.log" 2>&1 &
     bench_pids+=($!)
@@ -199,14 +215,8 @@ for size in $sizes; do
   done
   for pid in "${bench_pids[@]}"; do wait "$pid" || fail "ps-bench failed at $size"; done
   stop_shards
-  bytes=$(bytes_of "$size")
-  # What ps-plan predicts for this layout.
-  planned=$("$plan" --params "$((bytes / 4))" --workers "$workers" \
-    --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
-    --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
-    --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["options"][0]["communication_ms"])')
   python3 - "$run_dir" "$size" "$bytes" "$workers" "$shards" "$gpu_bps" "$cpu_bps" \
-    "$partition_bytes" "$planned" <<'EOF'
+    "$partition" "$planned" <<'EOF'
 import json, math, statistics, sys
 run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition, planned = sys.argv[1:]
 planned = float(planned)
@@ -223,7 +233,8 @@ shard_share = math.ceil(partitions / shards) / partitions
 shard_link = workers * model * shard_share * 8 / cpu_bps * 1e3
 bound, link = max((worker_link, "gpu NIC"), (shard_link, "cpu NIC"))
 print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:<8} | "
-      f"{p50 / bound:6.2f} | {planned:10.2f} {(planned - p50) / p50 * 100:+5.0f}%")
+      f"{p50 / bound:6.2f} | {planned:10.2f} {(planned - p50) / p50 * 100:+5.0f}% | "
+      f"{partition >> 10}K")
 EOF
 done
 echo "PASSED"

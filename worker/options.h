@@ -85,7 +85,8 @@ struct ClientOptions {
   // Tensors are cut into partitions of at most this many bytes, spread over the shards; small
   // tensors bound for one shard are packed into messages of up to this size. A multiple of 64.
   // A shard applies each partition's update on one thread, spreading it over its threads only
-  // for partitions of 8 MiB or more.
+  // for partitions of 8 MiB or more. On slow links or for small models a step waits for one
+  // partition at each end of its pipeline: `ps-plan` recommends a size for a cluster.
   size_t partition_bytes = 4 << 20;
   // Largest message this client sends or accepts; must match the shards' --max_message_bytes.
   size_t max_message_bytes = 64 << 20;

@@ -40,21 +40,58 @@ class PsPlanTest(unittest.TestCase):
         self.assertAlmostEqual(doubled["memory_per_shard_gib"],
                                round((1e9 / 4 * 32 + (1 << 30)) / (1 << 30), 2))
 
-    def test_step_is_the_slower_link_plus_one_partition(self):
+    def test_step_is_the_slower_link_plus_the_pipelines_two_ends(self):
         # 64 MiB of fp32, 2 workers and 2 shards at 1 Gbit/s, 1 MiB partitions: each link moves
-        # 64 MiB each way (537 ms), and the first partition goes up first (8.4 ms).
+        # 64 MiB each way (537 ms); the first partitions go up before any pull comes down, the
+        # last come down after every push, each through a worker's link shared by 2 shards.
         option = plan_json("--params", str(16 << 20), "--workers", "2", "--worker_nic", "1",
                            "--shards", "2", "--shard_nic", "1",
                            "--partition_bytes", "1M")["options"][0]
+        self.assertAlmostEqual(option["bound_ms"], round((64 << 20) * 8 / 1e9 * 1e3, 2))
         self.assertAlmostEqual(option["communication_ms"],
-                               round(((64 << 20) * 8 / 1e9 + (1 << 20) * 8 / 1e9) * 1e3, 2))
-        # Slower shards bound the step, and say so; bf16 halves the bytes.
+                               round(((64 << 20) * 8 / 1e9 + 2 * 2 * (1 << 20) * 8 / 1e9) * 1e3,
+                                     2))
+        # Slower shards bound the step, and say so; bf16 halves the bytes (a 1 MiB partition
+        # of fp32 elements is 512 KiB on the wire), and a shard takes from both workers at once.
         slow = plan_json("--params", str(16 << 20), "--workers", "2", "--worker_nic", "1",
                          "--shards", "2", "--shard_nic", "0.5", "--partition_bytes", "1M",
                          "--wire", "bf16")["options"][0]
         self.assertEqual(slow["bound_by"], "shard NIC")
         self.assertAlmostEqual(slow["communication_ms"],
-                               round(((32 << 20) * 8 / 0.5e9 + (1 << 20) * 8 / 0.5e9) * 1e3, 2))
+                               round((2 * (16 << 20) * 8 / 0.5e9 +
+                                      2 * 2 * (512 << 10) * 8 / 0.5e9) * 1e3, 2))
+        # One partition per shard: the pull waits for the whole push, so a push and then a pull.
+        single = plan_json("--params", str(1 << 18), "--workers", "2", "--worker_nic", "1",
+                           "--shards", "2", "--shard_nic", "1",
+                           "--partition_bytes", "1M")["options"][0]
+        self.assertEqual(single["partitions"], 1)
+        self.assertAlmostEqual(single["communication_ms"],
+                               round(2 * 2 * (1 << 20) * 8 / 1e9 * 1e3, 2))
+
+    def test_auto_partitions_keep_the_pipelines_ends_small_but_not_below_half_a_millisecond(self):
+        def zone(mib, nic=1):
+            return plan_json("--params", str(mib << 18), "--workers", "2", "--worker_nic",
+                             str(nic), "--shards", "2", "--shard_nic", str(nic))["options"][0]
+        # 2 x 2 at 1 Gbit/s: the largest power of two whose two ends stay within 5% of the
+        # bound (16 MiB: 128 KiB; 64 MiB: 512 KiB), but not one the link moves in under half
+        # a millisecond (62.5 KB at 1 Gbit/s: 64 KiB for a 1 MiB model).
+        for mib, partition in ((16, 128 << 10), (64, 512 << 10), (1, 64 << 10)):
+            option = zone(mib)
+            self.assertEqual(option["partition_bytes"], partition, mib)
+            if mib > 1:
+                self.assertLessEqual(option["communication_ms"], 1.05 * option["bound_ms"])
+                twice = plan_json("--params", str(mib << 18), "--workers", "2", "--worker_nic",
+                                  "1", "--shards", "2", "--shard_nic", "1", "--partition_bytes",
+                                  str(2 * partition))["options"][0]
+                self.assertGreater(twice["communication_ms"], 1.05 * twice["bound_ms"])
+        # Fast links and a large model keep the client's default, 4 MiB.
+        self.assertEqual(zone(4096, nic=100)["partition_bytes"], 4 << 20)
+        # The text names the recommendation.
+        text = run("--params", str(16 << 18), "--workers", "2", "--worker_nic", "1",
+                   "--shards", "2", "--shard_nic", "1").stdout
+        self.assertIn("128K", text)
+        self.assertNotEqual(run("--params", "1e6", "--workers", "1",
+                                "--partition_bytes", "8").returncode, 0)
 
     def test_it_recommends_a_vm_that_holds_the_model_and_says_whether_gpus_wait(self):
         result = plan_json("--params", "7e9", "--optimizer", "adam", "--workers", "8",
