@@ -39,8 +39,8 @@ ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once the server accepts workers");
 ABSL_FLAG(int, grpc_bulk_port, 0,
           "gRPC: port of a second connection for operations that move 64 MiB or more to the "
-          "shard at once (workers learn it when they connect); 0 picks a free one; -1: none, "
-          "every call on --port");
+          "shard at once, used by workers on this machine (they learn it when they connect); 0 "
+          "picks a free one; -1: none, every call on --port");
 ABSL_FLAG(int, metrics_port, -1,
           "Port of an HTTP endpoint with /metrics (Prometheus), /healthz and /readyz; 0 picks a "
           "free one (logged); -1: none");

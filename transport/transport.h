@@ -177,8 +177,9 @@ struct TransportOptions {
   // connection). It runs without gRPC's bandwidth-delay probe, under which transfers with tens
   // of MiB in flight stall, while the first keeps it, which moves a few MiB faster and whose
   // pings cut small calls' latency (measured in bench/PERFORMANCE.md). The server tells each
-  // client the port when it connects; a client that cannot reach it keeps every call on the
-  // first connection.
+  // client the port when it connects; only a client on the server's machine uses it (across a
+  // network the probe grows the windows to the link), and one that cannot reach it keeps every
+  // call on the first connection.
   int grpc_bulk_port = 0;
 };
 

@@ -5,10 +5,6 @@
 #ifdef HETPS_HAVE_UCX
 #include "transport/ucx/net_devices.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
-
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -19,9 +15,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/testing/interfaces.h"
 
 namespace hetps::transport::ucx_internal {
 namespace {
+
+using ::hetps::testing::Dotted;
+using ::hetps::testing::Ipv4Interface;
+using ::hetps::testing::Neighbour;
+using ::hetps::testing::NonLoopbackInterfaces;
 
 // Clears UCX_NET_DEVICES for a test and puts back what was there.
 class NetDevicesTest : public ::testing::Test {
@@ -41,35 +43,6 @@ class NetDevicesTest : public ::testing::Test {
 // The first device of a list ("eth0,mlx5_0:1" -> "eth0").
 std::string First(const std::string& devices) {
   return std::vector<std::string>(absl::StrSplit(devices, ','))[0];
-}
-
-struct Ipv4Interface {
-  std::string name;
-  in_addr address;
-  in_addr mask;
-};
-
-// This machine's IPv4 interfaces other than lo, with a subnet of four addresses or more.
-std::vector<Ipv4Interface> NonLoopbackInterfaces() {
-  std::vector<Ipv4Interface> found;
-  ifaddrs* interfaces = nullptr;
-  if (getifaddrs(&interfaces) != 0) return found;
-  for (ifaddrs* entry = interfaces; entry != nullptr; entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET) continue;
-    const std::string name = entry->ifa_name;
-    const in_addr address = reinterpret_cast<sockaddr_in*>(entry->ifa_addr)->sin_addr;
-    const in_addr mask = reinterpret_cast<sockaddr_in*>(entry->ifa_netmask)->sin_addr;
-    if (name == "lo" || ntohl(mask.s_addr) > 0xfffffffcu) continue;
-    found.push_back({name.substr(0, name.find(':')), address, mask});
-  }
-  freeifaddrs(interfaces);
-  return found;
-}
-
-std::string Dotted(in_addr address) {
-  char text[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &address, text, sizeof(text));
-  return text;
 }
 
 TEST_F(NetDevicesTest, LoopbackAddressesUseLo) {
@@ -95,11 +68,7 @@ TEST_F(NetDevicesTest, AListenerUsesTheInterfaceHoldingItsAddressAndAPeerTheOneR
     // addresses only, so the interface that holds it serves.
     EXPECT_EQ(First(AutoNetDevices(own, /*listening=*/false)), interface.name) << own;
     // Another address of the interface's subnet is routed through it.
-    const uint32_t network = ntohl(interface.address.s_addr) & ntohl(interface.mask.s_addr);
-    in_addr neighbour;
-    neighbour.s_addr =
-        htonl(network + 1 == ntohl(interface.address.s_addr) ? network + 2 : network + 1);
-    const std::string peer = absl::StrCat(Dotted(neighbour), ":7000");
+    const std::string peer = absl::StrCat(Dotted(Neighbour(interface)), ":7000");
     EXPECT_EQ(First(AutoNetDevices(peer, /*listening=*/false)), interface.name) << peer;
   }
 }

@@ -1,7 +1,6 @@
 #include "transport/ucx/net_devices.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,30 +15,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "transport/internal/local_address.h"
 
 namespace hetps::transport::ucx_internal {
 namespace {
 
-struct HostPort {
-  std::string host;  // without [] around an IPv6 address
-  std::string port;
-};
-
-HostPort Split(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  HostPort split{address.substr(0, colon),
-                 colon == std::string::npos ? "" : address.substr(colon + 1)};
-  if (split.host.size() >= 2 && split.host.front() == '[' && split.host.back() == ']') {
-    split.host = split.host.substr(1, split.host.size() - 2);
-  }
-  return split;
-}
-
-std::string Numeric(const sockaddr* address, socklen_t length) {
-  char host[NI_MAXHOST];
-  if (getnameinfo(address, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return "";
-  return host;
-}
+using internal::HostPort;
+using internal::InterfaceHolding;
+using internal::IsLoopbackAddress;
+using internal::NumericHost;
+using internal::SplitHostPort;
 
 // The local address the kernel would send from to reach `peer` (no packet is sent).
 std::string SourceAddressFor(const sockaddr* peer, socklen_t length) {
@@ -50,7 +35,7 @@ std::string SourceAddressFor(const sockaddr* peer, socklen_t length) {
   const bool routed = connect(fd, peer, length) == 0 &&
                       getsockname(fd, reinterpret_cast<sockaddr*>(&source), &source_length) == 0;
   close(fd);
-  return routed ? Numeric(reinterpret_cast<sockaddr*>(&source), source_length) : "";
+  return routed ? NumericHost(reinterpret_cast<sockaddr*>(&source), source_length) : "";
 }
 
 // The devices for `interface`: it and every RDMA port.
@@ -61,26 +46,6 @@ std::string WithRdma(const std::string& interface) {
 }
 
 }  // namespace
-
-bool IsLoopbackAddress(const std::string& address) {
-  const std::string host = address.substr(0, address.rfind(':'));
-  return absl::StartsWith(host, "127.") || host == "localhost" || host == "[::1]";
-}
-
-std::string InterfaceHolding(const std::string& ip) {
-  ifaddrs* interfaces = nullptr;
-  if (getifaddrs(&interfaces) != 0) return "";
-  std::string name;
-  for (ifaddrs* entry = interfaces; entry != nullptr && name.empty(); entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr) continue;
-    const int family = entry->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    const socklen_t length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-    if (Numeric(entry->ifa_addr, length) == ip) name = entry->ifa_name;
-  }
-  freeifaddrs(interfaces);
-  return name.substr(0, name.find(':'));  // "eth0:1" is an address of eth0
-}
 
 std::vector<std::string> RdmaPorts() {
   std::vector<std::string> ports;
@@ -96,7 +61,7 @@ std::vector<std::string> RdmaPorts() {
 std::string AutoNetDevices(const std::string& address, bool listening) {
   if (IsLoopbackAddress(address)) return "lo";
   if (std::getenv("UCX_NET_DEVICES") != nullptr) return "";  // the operator's choice
-  const HostPort split = Split(address);
+  const HostPort split = SplitHostPort(address);
   if (split.host.empty() || split.host == "0.0.0.0" || split.host == "::") return "";
   addrinfo hints = {};
   hints.ai_socktype = SOCK_DGRAM;
@@ -105,7 +70,7 @@ std::string AutoNetDevices(const std::string& address, bool listening) {
                   &resolved) != 0) {
     return "";
   }
-  const std::string peer = Numeric(resolved->ai_addr, resolved->ai_addrlen);
+  const std::string peer = NumericHost(resolved->ai_addr, resolved->ai_addrlen);
   const std::string local =
       listening ? peer : SourceAddressFor(resolved->ai_addr, resolved->ai_addrlen);
   freeaddrinfo(resolved);

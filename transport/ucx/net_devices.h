@@ -17,15 +17,9 @@
 
 namespace hetps::transport::ucx_internal {
 
-// True for 127.0.0.0/8, localhost and [::1].
-bool IsLoopbackAddress(const std::string& address);
-
 // UCX_NET_DEVICES for `address` ("host:port", "[v6]:port"); empty: every device. A
 // UCX_NET_DEVICES in the environment wins for non-loopback addresses.
 std::string AutoNetDevices(const std::string& address, bool listening);
-
-// The interface that holds `ip` (a numeric address), without an alias's ":label"; empty if none.
-std::string InterfaceHolding(const std::string& ip);
 
 // Every port of every RDMA device, as UCX names them ("mlx5_0:1").
 std::vector<std::string> RdmaPorts();
