@@ -33,20 +33,23 @@ fi
 if [ -n "$bundle" ] && [ -d "$bundle/build" ]; then
   # Built elsewhere by tests/gpu/bundle.sh: its libraries, CUDA's from the toolkit or from the
   # Python wheels (nvidia-*) where the toolkit lacks them.
+  bundle=$(cd "$bundle" && pwd)
   build_dir=$bundle/build
-  library_path="$PWD/$bundle/lib"
+  library_path="$bundle/lib"
   site=$(python3 -c "import site; print(' '.join(site.getsitepackages()))" 2>/dev/null || true)
   for library in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
     # shellcheck disable=SC2086 # $site is a list of folders
     found=$(find /usr/local/cuda/lib64/ $site -name "$library" 2>/dev/null | head -1 || true)
     if [ -n "$found" ]; then library_path="$library_path:$(dirname "$found")"; fi
   done
-  system_cxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ {print $NF; exit}')
+  # awk reads to the end: leaving early would end ldconfig with SIGPIPE, failing the pipeline.
+  system_cxx=$(ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ && !found {found = $NF}
+                                  END {print found}')
   if [ -z "$system_cxx" ] || ! grep -q GLIBCXX_3.4.29 "$system_cxx"; then
-    library_path="$library_path:$PWD/$bundle/lib/cxx"
+    library_path="$library_path:$bundle/lib/cxx"
   fi
   export LD_LIBRARY_PATH="$library_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export UCX_MODULE_DIR="$PWD/$bundle/lib/ucx"
+  export UCX_MODULE_DIR="$bundle/lib/ucx"
   if missing=$(ldd "$build_dir"/tests/gpu_test "$build_dir"/server/ps-server | grep 'not found'); then
     echo "tests/gpu/run.sh: libraries missing for $bundle/:" >&2
     echo "$missing" >&2
@@ -102,19 +105,30 @@ wait "${pids[2]}" && wait "${pids[3]}" || { cat "$work"/worker*.log; exit 1; }
 grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
 
 echo "== Python: GPU arrays through the device client"
-if compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null &&
-  /usr/bin/python3 -c "import numpy, pytest, torch" 2>/dev/null; then
+# Debian's interpreter here; on a GPU machine without it, the first python3 that has torch and
+# loads the module (built for one Python version: tests/gpu/bundle.sh's PYTHON).
+python=
+for candidate in ${PYTHON:-} /usr/bin/python3 python3; do
+  if PYTHONPATH="$build_dir/python" "$candidate" -c "import numpy, pytest, torch, hetps" 2>/dev/null
+  then python=$candidate; break; fi
+done
+if [ -n "$python" ]; then
   # Debian's torch has no CUDA: its tests skip; the __cuda_array_interface__ ones must run.
   out=$(PYTHONPATH="$build_dir/python:$PWD/tests/python" HETPS_PS_SERVER="$build_dir/server/ps-server" \
-    timeout 240 /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_device.py 2>&1) ||
+    timeout 240 "$python" -m pytest -q -p no:cacheprovider -rs tests/python/test_device.py 2>&1) ||
     { echo "$out"; exit 1; }
+  echo "with $python ($("$python" --version 2>&1))"
   echo "$out" | tail -8
   if [ "$dry_run" != 1 ] && grep -q "SKIPPED.*no CUDA device here" <<<"$out"; then
     echo "tests/gpu/run.sh: the GPU array tests were skipped on a GPU machine" >&2
     exit 1
   fi
+elif [ "$dry_run" != 1 ] && compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null; then
+  echo "tests/gpu/run.sh: no python3 with numpy, pytest and torch loads $build_dir's module" \
+    "(built for another Python version? tests/gpu/bundle.sh's PYTHON)" >&2
+  exit 1
 else
-  echo "skipped: no Python module in $build_dir, or no numpy/pytest/torch for /usr/bin/python3"
+  echo "skipped: no python3 here with numpy, pytest and torch that loads $build_dir's module"
 fi
 
 echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
