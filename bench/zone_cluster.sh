@@ -8,8 +8,8 @@
 #  2. ps-bench's push-pull, run by every worker at once, against the bound the shaping sets:
 #     each worker moves the model once each way over its NIC (M / GPU_RATE), and each shard
 #     carries W/S of every worker's share (W * M / (S * CPU_RATE); more for a shard that holds
-#     more of the model's partitions); the larger is the step's bound and names the link that
-#     saturates. Target: p50 within 1.15x of the bound.
+#     more of the model's partitions); the larger, plus one round trip where links have delay,
+#     is the step's bound and names the link that saturates. Target: p50 within 1.15x of it.
 #  3. What ps-plan (deploy/plan/ps-plan) predicts for the same layout, and its error. The
 #     partitions are the size ps-plan recommends for the layout and model (printed last on each
 #     row), or PARTITION_BYTES: a step's push and pull overlap except for a partition's time at
@@ -18,8 +18,11 @@
 #   bench/zone_cluster.sh [build dir]
 #   SHARDS=2 WORKERS=2 GPU_RATE=1gbit CPU_RATE=1gbit SIZES="1M 16M 64M" bench/zone_cluster.sh build
 #
-# Needs root and iproute2 (ip, tc); exits 77 without them. Link delay (tc netem) is added with
-# DELAY_MS where the kernel has netem; without it the links are rate-limited only (tbf). A NIC
+# Needs root and iproute2 (ip, tc); exits 77 without them. DELAY_MS delays every link in each
+# direction (a worker's request then reaches a shard 2 x DELAY_MS later: its link, then the
+# shard's; a round trip takes 4 x DELAY_MS, which the bound and ps-plan count): with tc netem
+# where the kernel has it, else through bench's delay-link (a pair of TAP devices per link,
+# one forwarding process each, in place of the veth pair). The links' rates are tbf's. A NIC
 # sends at its rate from the first byte, so the token bucket is kept small (TBF_BURST, 128kb:
 # the least at which tbf still reaches its rate on this VM; 64kb gave 0.4 of it); at 512kb it
 # let 4 ms of each idle moment's traffic through at once, which hid a small model's pipeline.
@@ -48,6 +51,7 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/n
   exit 77
 fi
 server="$build_dir/server/ps-server"
+delay_link="$build_dir/bench/delay-link"
 worker="$build_dir/worker/examples/linear_regression"
 bench="$build_dir/bench/ps-bench"
 export UCX_TLS=tcp
@@ -81,23 +85,33 @@ s = sys.argv[1]
 print(int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s))' "$1"
 }
 
+ip link add "$bridge" type bridge
+ip link set "$bridge" up
+# How links get their delay: none, netem, or delay-link's TAP pairs.
+delay_by=none
+if [ "$delay_ms" != 0 ]; then
+  if tc qdisc add dev "$bridge" root netem delay 1ms 2>/dev/null; then
+    tc qdisc del dev "$bridge" root
+    delay_by=netem
+  else
+    [ -x "$delay_link" ] || fail "no tc netem in this kernel and no $delay_link: DELAY_MS=0"
+    delay_by=delay-link
+  fi
+fi
+delay_note="no delay (DELAY_MS=0)"
+[ "$delay_by" != none ] && delay_note="${delay_ms} ms per link each way ($delay_by)"
+
 # Shapes one direction: `dev` in namespace `ns` ("" for the host) sends at `rate`.
 shape() {
   local ns=$1 dev=$2 rate=$3
   local run=(tc)
   [ -n "$ns" ] && run=(tc -n "$ns")
-  if [ "$delay_ms" != 0 ]; then
-    "${run[@]}" qdisc add dev "$dev" root netem delay "${delay_ms}ms" rate "$rate" limit 100000 ||
-      fail "tc netem is not available in this kernel: run with DELAY_MS=0"
+  if [ "$delay_by" = netem ]; then
+    "${run[@]}" qdisc add dev "$dev" root netem delay "${delay_ms}ms" rate "$rate" limit 100000
   else
     "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst "${TBF_BURST:-128kb}" latency 100ms
   fi
 }
-netem_note="no delay (DELAY_MS=0)"
-[ "$delay_ms" != 0 ] && netem_note="${delay_ms} ms each way"
-
-ip link add "$bridge" type bridge
-ip link set "$bridge" up
 host_number=1
 # Adds namespace `name` with an address on the bridge, its link shaped at `rate`; prints the
 # address.
@@ -107,8 +121,15 @@ add_node() {
   local host_end="${tag}${name}h" node_end="${tag}${name}n"
   ip netns add "$ns"
   namespaces+=("$ns")
-  ip link add "$host_end" type veth peer name "$node_end"
-  ip link set "$node_end" netns "$ns"
+  if [ "$delay_by" = delay-link ]; then
+    "$delay_link" --outer "$host_end" --inner "$node_end" --netns "$ns" --delay_ms "$delay_ms" \
+      --ready_file "$run_dir/link-$name" --lifetime_s 1800 >>"$run_dir/link-$name.log" 2>&1 &
+    pids+=($!)
+    await "[ -s '$run_dir/link-$name' ]" 10
+  else
+    ip link add "$host_end" type veth peer name "$node_end"
+    ip link set "$node_end" netns "$ns"
+  fi
   ip link set "$host_end" master "$bridge" up
   ip -n "$ns" link set lo up
   [ -n "$tcp_cc" ] && ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$tcp_cc"
@@ -129,9 +150,45 @@ for ((i = 0; i < workers; ++i)); do
   add_node "g$i" "$gpu_rate"
   worker_addresses+=("$node_address")
 done
-echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $netem_note," \
+echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $delay_note," \
   "$transport, TCP congestion control" \
   "$(ip netns exec "${namespaces[0]}" sysctl -n net.ipv4.tcp_congestion_control)"
+
+# The round trip the links set, and what a TCP ping-pong of one byte between the first worker's
+# namespace and the first shard's takes through them (the floor of a small push+pull).
+if [ "$delay_by" != none ]; then
+  ip netns exec "${tag}-c0" timeout 60 python3 -c '
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 7999))
+s.listen(1)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (b := c.recv(1)):
+    c.sendall(b)' "${shard_addresses[0]}" &
+  pids+=($!)
+  echo "round trip: $(python3 -c "print(4 * $delay_ms)") ms set by the links," \
+    "$(ip netns exec "${tag}-g0" timeout 60 python3 -c '
+import socket, statistics, sys, time
+deadline = time.monotonic() + 30
+while True:
+    try:
+        c = socket.create_connection((sys.argv[1], 7999), timeout=5)
+        break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+times = []
+for _ in range(50):
+    start = time.perf_counter()
+    c.sendall(b"p")
+    c.recv(1)
+    times.append((time.perf_counter() - start) * 1e3)
+print(f"{statistics.median(times):.2f} ms measured (TCP ping-pong, median of 50)")' \
+      "${shard_addresses[0]}")"
+fi
 
 # Starts the shards (fresh: every run starts its job over) in their namespaces, or on
 # 127.0.0.1 with `local`; sets `servers`.
@@ -187,6 +244,8 @@ echo "training: $workers worker(s) x $steps Adam steps across the zone end bitwi
 
 # 2. Push-pull against the bound.
 gpu_bps=$(bits_per_second "$gpu_rate")
+rtt_ms=0
+[ "$delay_by" != none ] && rtt_ms=$(python3 -c "print(4 * $delay_ms)")
 cpu_bps=$(bits_per_second "$cpu_rate")
 plan="$(cd "$(dirname "$0")/.." && pwd)/deploy/plan/ps-plan"
 printf '%-6s | %11s %11s | %11s %-8s | %6s | %10s %6s | %s\n' size "p50 (ms)" "GB/s/wkr" \
@@ -197,7 +256,7 @@ for size in $sizes; do
   plan_json=$("$plan" --params "$((bytes / 4))" --workers "$workers" \
     --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
     --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
-    --json)
+    --rtt_ms "$rtt_ms" --json)
   read -r planned partition < <(python3 -c '
 import json, sys
 option = json.load(sys.stdin)["options"][0]
@@ -216,10 +275,10 @@ print(option["communication_ms"], option["partition_bytes"])' <<<"$plan_json")
   for pid in "${bench_pids[@]}"; do wait "$pid" || fail "ps-bench failed at $size"; done
   stop_shards
   python3 - "$run_dir" "$size" "$bytes" "$workers" "$shards" "$gpu_bps" "$cpu_bps" \
-    "$partition" "$planned" <<'EOF'
+    "$partition" "$planned" "$rtt_ms" <<'EOF'
 import json, math, statistics, sys
-run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition, planned = sys.argv[1:]
-planned = float(planned)
+run_dir, size, model, workers, shards, gpu_bps, cpu_bps, partition, planned, rtt = sys.argv[1:]
+planned, rtt = float(planned), float(rtt)
 model, workers, shards, partition = int(model), int(workers), int(shards), int(partition)
 gpu_bps, cpu_bps = float(gpu_bps), float(cpu_bps)
 p50 = statistics.median(
@@ -232,6 +291,7 @@ partitions = math.ceil(model / partition)
 shard_share = math.ceil(partitions / shards) / partitions
 shard_link = workers * model * shard_share * 8 / cpu_bps * 1e3
 bound, link = max((worker_link, "gpu NIC"), (shard_link, "cpu NIC"))
+bound += rtt  # the last pull's answer leaves a shard only after its push arrived
 print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:<8} | "
       f"{p50 / bound:6.2f} | {planned:10.2f} {(planned - p50) / p50 * 100:+5.0f}% | "
       f"{partition >> 10}K")

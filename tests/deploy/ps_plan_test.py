@@ -68,6 +68,23 @@ class PsPlanTest(unittest.TestCase):
         self.assertAlmostEqual(single["communication_ms"],
                                round(2 * 2 * (1 << 20) * 8 / 1e9 * 1e3, 2))
 
+    def test_a_round_trip_adds_to_the_step_and_its_bound(self):
+        # The last pull's answer leaves its shard only after its push arrived: one round trip
+        # more, on the step and on the bound alike; partitions are chosen as without it.
+        args = ["--params", str(16 << 20), "--workers", "2", "--worker_nic", "1", "--shards", "2",
+                "--shard_nic", "1", "--partition_bytes", "1M"]
+        flat = plan_json(*args)["options"][0]
+        delayed = plan_json(*args, "--rtt_ms", "2")["options"][0]
+        self.assertAlmostEqual(delayed["communication_ms"], flat["communication_ms"] + 2)
+        self.assertAlmostEqual(delayed["bound_ms"], flat["bound_ms"] + 2)
+        small = ["--params", str(1 << 10), "--workers", "1", "--shards", "1", "--shard_nic", "1"]
+        self.assertAlmostEqual(plan_json(*small, "--rtt_ms", "1")["options"][0]["communication_ms"],
+                               plan_json(*small)["options"][0]["communication_ms"] + 1, places=1)
+        for bad in ("-1", "nan"):
+            refused = run(*args, "--rtt_ms", bad)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("--rtt_ms", refused.stderr)
+
     def test_auto_partitions_keep_the_pipelines_ends_small_but_not_below_half_a_millisecond(self):
         def zone(mib, nic=1):
             return plan_json("--params", str(mib << 18), "--workers", "2", "--worker_nic",
