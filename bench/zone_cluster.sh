@@ -95,6 +95,12 @@ if [ "$delay_ms" != 0 ]; then
     delay_by=netem
   else
     [ -x "$delay_link" ] || fail "no tc netem in this kernel and no $delay_link: DELAY_MS=0"
+    if ! ip tuntap add dev "${tag}probe" mode tap 2>/dev/null; then
+      echo "skipped: DELAY_MS needs tc netem or TAP devices (/dev/net/tun), and this machine" \
+        "has neither"
+      exit 77
+    fi
+    ip link del "${tag}probe"
     delay_by=delay-link
   fi
 fi
