@@ -122,7 +122,6 @@ def run_shard_pod(build_dir, work, statefulset, config, label):
     metrics = free_port()
     words = replace_flag(words, "--host", "127.0.0.1")
     words = replace_flag(words, "--port", str(free_port()))
-    words = replace_flag(words, "--grpc_bulk_port", str(free_port()))
     words = replace_flag(words, "--metrics_port", str(metrics))
     words = replace_flag(words, "--auth_token_file", token)
     etcd = None
@@ -202,12 +201,13 @@ def check_kustomization(source_dir, build_dir, work, label):
     check(flag(words, "--port") == str(ps_port), f"{label}: --port is not the ps containerPort")
     check(flag(words, "--metrics_port") == str(port_of(shard, "metrics")),
           f"{label}: --metrics_port is not the metrics containerPort")
-    check(flag(words, "--grpc_bulk_port") == str(port_of(shard, "ps-bulk")),
-          f"{label}: --grpc_bulk_port is not the ps-bulk containerPort")
+    # gRPC's second connection serves workers on the shard's own machine only (they share its
+    # network namespace), which no worker pod does: no port for it.
+    check(flag(words, "--grpc_bulk_port") == "-1",
+          f"{label}: a shard pod opens gRPC's bulk port, which no other pod uses")
     check(flag(words, "--shard_index") == "0", f"{label}: pod 0 is not shard 0")
     service_ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    check(service_ports == {"ps": ps_port, "ps-bulk": port_of(shard, "ps-bulk"),
-                            "metrics": port_of(shard, "metrics")},
+    check(service_ports == {"ps": ps_port, "metrics": port_of(shard, "metrics")},
           f"{label}: the Service's ports are not the shard's")
     annotations = pod["metadata"].get("annotations", {})
     check(annotations.get("prometheus.io/port") == str(port_of(shard, "metrics")),
