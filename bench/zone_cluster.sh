@@ -30,7 +30,10 @@
 # control; they inherit the host's otherwise (printed).
 # UCX runs over TCP (shared memory would pass between namespaces).
 # CHECK=1 has ps-bench check every pulled value (and fail on a wrong one); off by default, as
-# the check's time counts in the step.
+# the check's time counts in the step. FLOOR=1 also measures each size's plain-TCP floor
+# (bench/tcp_exchange.py): every worker exchanges the same bytes with every shard over one TCP
+# connection each, both ways at once, in rounds all workers start together, a round as long as
+# its slowest worker; it prints the floor's median and hetps's p50 against it.
 set -euo pipefail
 
 build_dir=${1:-build}
@@ -46,6 +49,7 @@ steps=${STEPS:-20}
 partition_bytes=${PARTITION_BYTES:-auto}
 tcp_cc=${TCP_CC:-}
 check=${CHECK:-0}
+floor=${FLOOR:-0}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "skipped: needs root and iproute2 (ip, tc)"
   exit 77
@@ -53,6 +57,7 @@ fi
 server="$build_dir/server/ps-server"
 delay_link="$build_dir/bench/delay-link"
 worker="$build_dir/worker/examples/linear_regression"
+exchange="$(dirname "$0")/tcp_exchange.py"
 bench="$build_dir/bench/ps-bench"
 export UCX_TLS=tcp
 
@@ -248,6 +253,40 @@ done
 echo "training: $workers worker(s) x $steps Adam steps across the zone end bitwise equal to" \
   "the loopback run ($(grep -h 'final loss' "$run_dir/worker-zone-0.log"))"
 
+# The plain-TCP floor of a step of `bytes` (FLOOR=1): see the top of this file.
+measure_floor() {
+  local size=$1 bytes=$2
+  local share=$(((bytes + shards - 1) / shards)) servers_pids=() exchange_pids=() list=""
+  for ((i = 0; i < shards; ++i)); do
+    ip netns exec "${tag}-c$i" python3 "$exchange" serve "${shard_addresses[$i]}" 7998 "$share" \
+      >>"$run_dir/floor-c$i.log" 2>&1 &
+    servers_pids+=($!)
+    pids+=($!)
+    list+="${list:+,}${shard_addresses[$i]}:7998"
+  done
+  # Rounds start every three bounds' time (plus set-up), so none runs into the next.
+  local period start
+  period=$(python3 -c "print(3 * $bytes * 8 / min($gpu_bps, $cpu_bps) * max($workers / $shards, 1) \
+    + 4 * $rtt_ms / 1e3 + 0.5)")
+  start=$(python3 -c "import time; print(time.time() + 2)")
+  for ((i = 0; i < workers; ++i)); do
+    ip netns exec "${tag}-g$i" timeout 600 python3 "$exchange" exchange "$list" "$share" \
+      "$iterations" "$start" "$period" "$run_dir/floor-$size-$i.out" \
+      >>"$run_dir/floor-g$i.log" 2>&1 &
+    exchange_pids+=($!)
+    pids+=($!)
+  done
+  for pid in "${exchange_pids[@]}"; do wait "$pid" || fail "the TCP floor failed at $size"; done
+  for pid in "${servers_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${servers_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  local floor_ms p50 bound
+  floor_ms=$(python3 "$exchange" slowest "$run_dir"/floor-"$size"-*.out)
+  read -r p50 bound <"$run_dir/p50-$size"
+  python3 -c "
+print(f'floor  | {$floor_ms:11.2f} ms over plain TCP (x bound {$floor_ms / $bound:.2f}); '
+      f'hetps p50 x floor {$p50 / $floor_ms:.2f}')"
+}
+
 # 2. Push-pull against the bound.
 gpu_bps=$(bits_per_second "$gpu_rate")
 rtt_ms=0
@@ -301,6 +340,9 @@ bound += rtt  # the last pull's answer leaves a shard only after its push arrive
 print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:<8} | "
       f"{p50 / bound:6.2f} | {planned:10.2f} {(planned - p50) / p50 * 100:+5.0f}% | "
       f"{partition >> 10}K")
+with open(f"{run_dir}/p50-{size}", "w") as f:
+    f.write(f"{p50} {bound}\n")
 EOF
+  if [ "$floor" = 1 ]; then measure_floor "$size" "$bytes"; fi
 done
 echo "PASSED"
