@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The plain-TCP floor of a step in bench/zone_cluster.sh (FLOOR=1): every worker exchanges its
-share of the model with every shard over one TCP connection each, both directions at once, in
-rounds that all workers start at the same moments; a round takes as long as its slowest worker,
-as a BSP step does.
+"""Plain-TCP floors for bench/zone_cluster.sh: a one-byte round trip through the zone's links,
+and (FLOOR=1) a step's: every worker exchanges its share of the model with every shard over one
+TCP connection each, both directions at once, in rounds that all workers start at the same
+moments; a round takes as long as its slowest worker, as a BSP step does.
 
     tcp_exchange.py serve HOST PORT BYTES         # in each shard's namespace: answers every
                                                   # connection's BYTES with BYTES, per round
@@ -11,6 +11,8 @@ as a BSP step does.
                                                   # wall time START + r * PERIOD; one line per
                                                   # round ("r milliseconds") in OUT
     tcp_exchange.py slowest OUT...                # the median over rounds of the slowest worker
+    tcp_exchange.py pingpong SERVER ROUNDS        # against `serve ... 1`: the median round trip
+                                                  # of one byte, milliseconds
 
 Each side gives up after 10 minutes (the exchange after its last round's period).
 """
@@ -42,6 +44,9 @@ def answer(connection, size):
             # A round begins with the worker's first byte; then both directions at once.
             if not connection.recv(1):
                 return
+            if size == 1:  # a ping-pong: answer at once, no thread
+                connection.sendall(b"p")
+                continue
             sender = threading.Thread(target=connection.sendall, args=(data,))
             sender.start()
             receive(connection, size - 1)
@@ -97,6 +102,17 @@ def exchange(servers, size, rounds, start, period, out):
             results.flush()
 
 
+def pingpong(server, rounds):
+    connection = connect(server, time.monotonic() + 30)
+    times = []
+    for _ in range(int(rounds)):
+        begin = time.perf_counter()
+        connection.sendall(b"p")
+        receive(connection, 1)
+        times.append((time.perf_counter() - begin) * 1e3)
+    print(f"{statistics.median(times):.2f}")
+
+
 def slowest(paths):
     rounds = {}
     for path in paths:
@@ -109,4 +125,5 @@ def slowest(paths):
 
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
-    {"serve": serve, "exchange": exchange, "slowest": lambda *p: slowest(p)}[command](*args)
+    {"serve": serve, "exchange": exchange, "slowest": lambda *p: slowest(p),
+     "pingpong": pingpong}[command](*args)

@@ -168,37 +168,12 @@ echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $del
 # The round trip the links set, and what a TCP ping-pong of one byte between the first worker's
 # namespace and the first shard's takes through them (the floor of a small push+pull).
 if [ "$delay_by" != none ]; then
-  ip netns exec "${tag}-c0" timeout 60 python3 -c '
-import socket, sys
-s = socket.socket()
-s.bind((sys.argv[1], 7999))
-s.listen(1)
-c, _ = s.accept()
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while (b := c.recv(1)):
-    c.sendall(b)' "${shard_addresses[0]}" &
+  ip netns exec "${tag}-c0" timeout 60 python3 "$exchange" serve "${shard_addresses[0]}" 7999 1 \
+    >>"$run_dir/pingpong.log" 2>&1 &
   pids+=($!)
   echo "round trip: $(python3 -c "print(4 * $delay_ms)") ms set by the links," \
-    "$(ip netns exec "${tag}-g0" timeout 60 python3 -c '
-import socket, statistics, sys, time
-deadline = time.monotonic() + 30
-while True:
-    try:
-        c = socket.create_connection((sys.argv[1], 7999), timeout=5)
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.05)
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-times = []
-for _ in range(50):
-    start = time.perf_counter()
-    c.sendall(b"p")
-    c.recv(1)
-    times.append((time.perf_counter() - start) * 1e3)
-print(f"{statistics.median(times):.2f} ms measured (TCP ping-pong, median of 50)")' \
-      "${shard_addresses[0]}")"
+    "$(ip netns exec "${tag}-g0" timeout 60 python3 "$exchange" pingpong \
+      "${shard_addresses[0]}:7999" 50) ms measured (TCP ping-pong, median of 50)"
 fi
 
 # Starts the shards (fresh: every run starts its job over) in their namespaces, or on

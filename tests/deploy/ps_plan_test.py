@@ -70,7 +70,7 @@ class PsPlanTest(unittest.TestCase):
 
     def test_a_round_trip_adds_to_the_step_and_its_bound(self):
         # The last pull's answer leaves its shard only after its push arrived: one round trip
-        # more, on the step and on the bound alike; partitions are chosen as without it.
+        # more, on the step and on the bound alike (fixed 1 MiB partitions here).
         args = ["--params", str(16 << 20), "--workers", "2", "--worker_nic", "1", "--shards", "2",
                 "--shard_nic", "1", "--partition_bytes", "1M"]
         flat = plan_json(*args)["options"][0]
