@@ -168,7 +168,8 @@ echo "zone: $shards shard(s) at $cpu_rate, $workers worker(s) at $gpu_rate, $del
 # The round trip the links set, and what a TCP ping-pong of one byte between the first worker's
 # namespace and the first shard's takes through them (the floor of a small push+pull).
 if [ "$delay_by" != none ]; then
-  ip netns exec "${tag}-c0" timeout 60 python3 "$exchange" serve "${shard_addresses[0]}" 7999 1 \
+  # No `timeout` in between: the pid must be the server's, for kill_started to end it.
+  ip netns exec "${tag}-c0" python3 "$exchange" serve "${shard_addresses[0]}" 7999 1 \
     >>"$run_dir/pingpong.log" 2>&1 &
   pids+=($!)
   echo "round trip: $(python3 -c "print(4 * $delay_ms)") ms set by the links," \
