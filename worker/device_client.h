@@ -18,7 +18,15 @@
 // the host) until the weights are in place (after a Push: until its gradients are staged, so the
 // job may overwrite them while they travel): an event recorded on `stream` right after the call
 // completes then, for other streams or threads to wait on. Partitions of tensors with a higher
-// priority go first, across calls too.
+// priority go first, across calls too. A push holds `stream` until every partition has been
+// copied out, and staging has room for staging_bytes at a time: a larger push waits there for
+// the first partitions' answers.
+//
+// A held stream holds up what the device orders after it: a null `stream` is CUDA's legacy
+// default stream, so while it waits so do cudaMemcpy, cudaMemset and legacy-stream work from
+// every thread of the process; calls that synchronise the device (cudaFree, pinned allocations,
+// cudaDeviceSynchronize) wait for every held stream. Workers that share a GPU inside one process
+// each need a stream of their own (cudaStreamNonBlocking), or one waits behind the other's step.
 //
 // With a LocalGroup (worker/local_group.h) several GPUs of one machine act as one worker: their
 // gradients are summed into the root's with NCCL, only the root talks to the shards, and the new

@@ -40,7 +40,8 @@ class LocalGroup {
   static absl::StatusOr<LocalGroupId> IdThroughFile(const std::string& path, int rank,
                                                     absl::Time deadline);
   // Joins the group; returns when all `size` ranks have joined (DeadlineExceeded if they have
-  // not within `timeout`). `cuda_device` is this rank's GPU.
+  // not within `timeout`). `cuda_device` is this rank's GPU. FailedPrecondition without NCCL or
+  // a GPU; InvalidArgument for an id that NewId() did not make (all zeros).
   static absl::StatusOr<std::shared_ptr<LocalGroup>> Create(
       const LocalGroupId& id, int rank, int size, int cuda_device,
       absl::Duration timeout = absl::Seconds(120));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_cluster.h"
@@ -41,14 +42,20 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() { cudaFree(data_); }
   float* data() { return data_; }
-  void Upload(const std::vector<float>& values) {
-    ASSERT_EQ(cudaMemcpy(data_, values.data(), elements_ * sizeof(float), cudaMemcpyHostToDevice),
+  // On `stream` (the legacy default stream when null: it waits behind every stream the device
+  // client holds, other threads' included).
+  void Upload(const std::vector<float>& values, cudaStream_t stream = nullptr) {
+    ASSERT_EQ(cudaMemcpyAsync(data_, values.data(), elements_ * sizeof(float),
+                              cudaMemcpyHostToDevice, stream),
               cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   }
-  std::vector<float> Download() {
+  std::vector<float> Download(cudaStream_t stream = nullptr) {
     std::vector<float> values(elements_);
-    EXPECT_EQ(cudaMemcpy(values.data(), data_, elements_ * sizeof(float), cudaMemcpyDeviceToHost),
+    EXPECT_EQ(cudaMemcpyAsync(values.data(), data_, elements_ * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream),
               cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     return values;
   }
 
@@ -172,7 +179,9 @@ TEST(GpuStreamTest, TheStreamWaitsOnTheGpuAndTheWaitIsMeasured) {
 }
 
 // A push holds the stream only until its gradients are staged: the job may go on (and overwrite
-// them) while the push's messages are still unanswered (here: never answered).
+// them) while the push's messages are still unanswered (here: never answered). The tensor's 8
+// partitions each get one of the 8 staging slots at once; with more, the rest would be staged
+// only once the first ones' slots free, at their messages' deadline.
 TEST(GpuStreamTest, APushLetsTheStreamGoOnOnceItsGradientsAreStaged) {
   SKIP_WITHOUT_GPU();
   auto cluster = TestCluster::Start("inproc", 1, 1);
@@ -181,9 +190,12 @@ TEST(GpuStreamTest, APushLetsTheStreamGoOnOnceItsGradientsAreStaged) {
   client_options.call_timeout = absl::Seconds(3);
   auto client = Client::Create(client_options);
   ASSERT_TRUE(client.ok()) << client.status();
-  const uint64_t n = 3000;
+  const uint64_t n = 2000;  // 8 partitions of 256 elements (1 KiB) at most
   auto id = (*client)->Declare(Spec("w", n));
   ASSERT_TRUE(id.ok());
+  auto partitions = (*client)->Partitions(*id);
+  ASSERT_TRUE(partitions.ok());
+  ASSERT_LE(partitions->size() * 1024, CudaOptions().staging_bytes);
   auto device = DeviceClient::Create(client->get(), CudaOptions());
   ASSERT_TRUE(device.ok()) << device.status();
   DeviceBuffer gradient(n);
@@ -214,35 +226,56 @@ TEST(GpuTrainingTest, BspTrainingFromDeviceMemoryEqualsTheHostMemoryRun) {
     if (!cluster.ok()) return {};
     std::vector<std::vector<float>> results(2);
     std::vector<std::thread> workers;
+    absl::Barrier ready(2);
     for (uint32_t rank = 0; rank < 2; ++rank) {
       workers.emplace_back([&, rank] {
-        cudaSetDevice(0);
-        auto client = (*cluster)->NewClient(rank);
-        ASSERT_TRUE(client.ok()) << client.status();
-        auto id = (*client)->Declare(Spec("model", n));
-        ASSERT_TRUE(id.ok());
-        std::vector<float> w(n), g(n);
-        ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(w), 0).Wait().ok());
+        // Each worker has its own stream, and both allocate before either holds one: a held
+        // stream holds up the legacy default stream and what synchronises the device
+        // (cudaFree, pinned allocations), in every thread.
+        std::unique_ptr<Client> client;
         std::unique_ptr<DeviceClient> device;
-        DeviceBuffer gradient(n), weights(n);
-        if (on_device) {
-          auto created = DeviceClient::Create(client->get(), CudaOptions());
-          ASSERT_TRUE(created.ok()) << created.status();
-          device = *std::move(created);
-        }
+        std::unique_ptr<DeviceBuffer> gradient, weights;
+        cudaStream_t stream = nullptr;
+        TensorId id = 0;
+        std::vector<float> w(n), g(n);
+        bool set_up = false;
+        [&] {
+          ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+          auto created_client = (*cluster)->NewClient(rank);
+          ASSERT_TRUE(created_client.ok()) << created_client.status();
+          client = *std::move(created_client);
+          auto declared = client->Declare(Spec("model", n));
+          ASSERT_TRUE(declared.ok()) << declared.status();
+          id = *declared;
+          ASSERT_TRUE(client->Pull(id, absl::MakeSpan(w), 0).Wait().ok());
+          gradient = std::make_unique<DeviceBuffer>(n);
+          weights = std::make_unique<DeviceBuffer>(n);
+          ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+          if (on_device) {
+            auto created = DeviceClient::Create(client.get(), CudaOptions());
+            ASSERT_TRUE(created.ok()) << created.status();
+            device = *std::move(created);
+          }
+          set_up = true;
+        }();
+        ready.Block();
+        if (!set_up) return;
         for (int step = 0; step < steps; ++step) {
           // Pull each element towards a target that differs per worker.
           for (size_t i = 0; i < n; ++i) g[i] = w[i] - static_cast<float>((i + rank) % 7);
           if (on_device) {
-            gradient.Upload(g);
-            const DeviceItem items[] = {{*id, gradient.data(), weights.data(), n, 0}};
-            ASSERT_TRUE(device->PushPull(items, step, nullptr).Wait().ok());
-            w = weights.Download();
+            gradient->Upload(g, stream);
+            const DeviceItem items[] = {{id, gradient->data(), weights->data(), n, 0}};
+            ASSERT_TRUE(
+                device->PushPull(items, step, reinterpret_cast<GpuStream>(stream)).Wait().ok());
+            w = weights->Download(stream);
           } else {
-            ASSERT_TRUE((*client)->PushPull(*id, g, absl::MakeSpan(w), step).Wait().ok());
+            ASSERT_TRUE(client->PushPull(id, g, absl::MakeSpan(w), step).Wait().ok());
           }
         }
         results[rank] = w;
+        device.reset();
+        cudaStreamDestroy(stream);
       });
     }
     for (auto& worker : workers) worker.join();
@@ -312,6 +345,18 @@ TEST(GpuLocalGroupTest, EveryLocalGpuGetsTheWeightsOfTheLocalSum) {
           << "rank " << rank << " element " << i;
     }
   }
+}
+
+// An id that LocalGroup::NewId() did not make is refused with a message that says where ids come
+// from (NCCL itself answers "internal error").
+TEST(GpuLocalGroupTest, AnIdNeverMadeIsAClearError) {
+  SKIP_WITHOUT_GPU();
+  if (LocalGroup::NewId().status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << "built without NCCL";
+  }
+  auto group = LocalGroup::Create(LocalGroupId{}, 0, 1, 0, absl::Seconds(10));
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kInvalidArgument) << group.status();
+  EXPECT_NE(group.status().message().find("NewId"), std::string::npos) << group.status();
 }
 
 }  // namespace

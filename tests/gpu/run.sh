@@ -69,16 +69,31 @@ elif [ "${NO_BUILD:-0}" != 1 ]; then
 fi
 build_dir=$(cd "$build_dir" && pwd)
 
-echo "== GPU tests"
-out=$(HETPS_BINARY_DIR="$build_dir" timeout 240 "$build_dir/tests/gpu_test" 2>&1) ||
-  { echo "$out"; exit 1; }
-echo "$out" | grep -E '^\[ +(OK|SKIPPED|FAILED|PASSED) +\]'
-if [ "$dry_run" != 1 ] && grep -q '^\[  SKIPPED \]' <<<"$out"; then
-  echo "tests/gpu/run.sh: GPU tests were skipped on a GPU machine" >&2
-  exit 1
-fi
+# Every step runs, each bounded, so that one run on a lent machine reports all of them; the
+# script fails at the end if any did.
+failed=()
+
+echo "== GPU tests (each in its own process, 90 s at most)"
+tests=$("$build_dir/tests/gpu_test" --gtest_list_tests |
+  awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}')
+for test in $tests; do
+  status=0
+  out=$(HETPS_BINARY_DIR="$build_dir" timeout 90 "$build_dir/tests/gpu_test" \
+    --gtest_filter="$test" 2>&1) || status=$?
+  if [ "$status" != 0 ]; then
+    echo "$out" | tail -30
+    echo "FAILED: $test (exit $status$([ "$status" = 124 ] && echo ': timed out'))"
+    failed+=("gpu_test $test")
+    continue
+  fi
+  echo "$out" | grep -E '^\[ +(OK|SKIPPED) +\] [^ ]+ \('
+  if [ "$dry_run" != 1 ] && grep -q '^\[  SKIPPED \]' <<<"$out"; then
+    echo "$out" | grep -A3 '^\[  SKIPPED \]' || true
+    failed+=("gpu_test $test skipped on a GPU machine")
+  fi
+done
 HETPS_BINARY_DIR="$build_dir" timeout 120 "$build_dir/tests/device_client_test" \
-  --gtest_brief=1
+  --gtest_brief=1 || failed+=(device_client_test)
 
 echo "== MLP example from $device memory, 2 shards, 2 workers"
 work=$(mktemp -d)
@@ -101,8 +116,12 @@ for rank in 0 1; do
     >"$work/worker$rank.log" 2>&1 &
   pids+=($!)
 done
-wait "${pids[2]}" && wait "${pids[3]}" || { cat "$work"/worker*.log; exit 1; }
-grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
+if wait "${pids[2]}" && wait "${pids[3]}"; then
+  grep -E 'training on|step (0|1|10|100|199) |final' "$work/worker0.log"
+else
+  tail -20 "$work"/worker*.log "$work"/shard*.log
+  failed+=("the MLP example")
+fi
 
 echo "== Python: GPU arrays through the device client"
 # Debian's interpreter here; on a GPU machine without it, the first python3 that has torch and
@@ -116,17 +135,15 @@ if [ -n "$python" ]; then
   # Debian's torch has no CUDA: its tests skip; the __cuda_array_interface__ ones must run.
   out=$(PYTHONPATH="$build_dir/python:$PWD/tests/python" HETPS_PS_SERVER="$build_dir/server/ps-server" \
     timeout 240 "$python" -m pytest -q -p no:cacheprovider -rs tests/python/test_device.py 2>&1) ||
-    { echo "$out"; exit 1; }
+    { echo "$out" | tail -60; failed+=("tests/python/test_device.py"); }
   echo "with $python ($("$python" --version 2>&1))"
   echo "$out" | tail -8
   if [ "$dry_run" != 1 ] && grep -q "SKIPPED.*no CUDA device here" <<<"$out"; then
-    echo "tests/gpu/run.sh: the GPU array tests were skipped on a GPU machine" >&2
-    exit 1
+    failed+=("tests/python/test_device.py: the GPU array tests were skipped on a GPU machine")
   fi
 elif [ "$dry_run" != 1 ] && compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null; then
-  echo "tests/gpu/run.sh: no python3 with numpy, pytest and torch loads $build_dir's module" \
-    "(built for another Python version? tests/gpu/bundle.sh's PYTHON)" >&2
-  exit 1
+  failed+=("no python3 with numpy, pytest and torch loads $build_dir's module (built for another
+    Python version? tests/gpu/bundle.sh's PYTHON)")
 else
   echo "skipped: no python3 here with numpy, pytest and torch that loads $build_dir's module"
 fi
@@ -134,5 +151,12 @@ fi
 echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
 for transport in ucx grpc; do
   timeout 180 "$build_dir/bench/ps-device-bench" --memory="$memory" --bytes="$bench_bytes" \
-    --reps=5 --transport="$transport"
+    --reps=5 --transport="$transport" || failed+=("ps-device-bench --transport=$transport")
 done
+
+if [ "${#failed[@]}" != 0 ]; then
+  echo "tests/gpu/run.sh: ${#failed[@]} step(s) failed:" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+echo "tests/gpu/run.sh: every step passed"

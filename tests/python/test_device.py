@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import hetps
+import hetps.torch
 from conftest import client_for
 
 

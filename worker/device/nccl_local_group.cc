@@ -108,6 +108,12 @@ absl::StatusOr<std::shared_ptr<LocalGroup>> LocalGroup::Create(const LocalGroupI
     return absl::InvalidArgumentError(
         absl::StrFormat("CUDA device %d does not exist (%d found)", cuda_device, count));
   }
+  if (std::all_of(id.begin(), id.end(), [](char c) { return c == 0; })) {
+    // NCCL would take it and fail with "internal error".
+    return absl::InvalidArgumentError(
+        "the local group id is all zeros: make one with LocalGroup::NewId() on rank 0 and hand "
+        "it to the others (LocalGroup::IdThroughFile)");
+  }
   internal::ScopedDevice scoped(cuda_device);
   ncclUniqueId unique;
   std::memcpy(&unique, id.data(), sizeof(unique));
