@@ -19,6 +19,10 @@ only (no overlap with backward). Prints the median step time over the measured s
 
 With several model sizes, each is measured in turn (a table each); --plot draws the step times
 and their ratio to the first way against the model's size (ps-plot).
+
+--device cuda keeps the parameters and gradients in GPU memory (all workers on GPU 0): hetps
+moves them through its device client, gloo's all-reduce through host memory of its own; a
+step ends when the GPU has the result (torch.cuda.synchronize). ps-bench stays on the host.
 """
 
 import argparse
@@ -41,7 +45,8 @@ def worker(args):
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     layers = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS))
-    params = [torch.nn.Parameter(torch.full((LAYER_ELEMENTS,), 0.01 * (i + 1)))
+    params = [torch.nn.Parameter(torch.full((LAYER_ELEMENTS,), 0.01 * (i + 1),
+                                            device=args.device))
               for i in range(layers)]
     for p in params:
         p.grad = torch.full_like(p, 0.001 * (rank + 1))
@@ -74,10 +79,13 @@ def worker(args):
 
             def step():
                 optimizer.step()
+    on_gpu = args.device != "cpu"
     times = []
     for i in range(args.warmup + args.steps):
         start = time.perf_counter()
         step()
+        if on_gpu:
+            torch.cuda.synchronize()  # the step's results are in GPU memory
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
     if args.mode != "allreduce":
@@ -100,11 +108,16 @@ def run_workers(args, mode, env_extra):
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--role", "worker", "--mode", mode,
              "--model_mb", str(args.model_mb), "--steps", str(args.steps),
-             "--warmup", str(args.warmup)],
+             "--warmup", str(args.warmup), "--device", args.device],
             env=env, stdout=subprocess.PIPE, text=True))
     results = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=900)
+        try:
+            out, _ = proc.communicate(timeout=args.way_timeout_s)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            raise SystemExit(f"{mode}: the workers did not finish within {args.way_timeout_s} s")
         if proc.returncode != 0:
             raise SystemExit(f"{mode}: a worker exited with status {proc.returncode}")
         results.append(json.loads(out.strip().splitlines()[-1]))
@@ -145,7 +158,13 @@ def run_ps_bench(args, rule):
                  f"--json={out_dir}/rank{rank}.json"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for proc in procs:
-            if proc.wait(timeout=900) != 0:
+            try:
+                proc.wait(timeout=args.way_timeout_s)
+            except subprocess.TimeoutExpired:
+                for other in procs:
+                    other.kill()
+                raise SystemExit(f"ps-bench ({rule}) did not finish within {args.way_timeout_s} s")
+            if proc.returncode != 0:
                 raise SystemExit(f"ps-bench ({rule}) exited with status {proc.returncode}")
         with open(f"{out_dir}/rank0.json") as f:
             return json.load(f)["results"][0]["p50_us"] / 1e6
@@ -170,6 +189,10 @@ def main():
     parser.add_argument("--shard_transport", default=None,
                         help="the shards' --transport (default: theirs, UCX where built)")
     parser.add_argument("--plot", default="", help="an SVG of step times against model size")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="where the parameters and gradients live")
+    parser.add_argument("--way_timeout_s", type=float, default=900,
+                        help="how long one way's workers may take (a hang fails, naming it)")
     args = parser.parse_args()
     if args.role == "worker":
         args.model_mb = int(args.model_mb)
@@ -198,8 +221,8 @@ def measure_size(args, ways, port):
     layers = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS))
     model = layers * 4 * LAYER_ELEMENTS
     w = args.workers
-    print(f"model: {layers} layers of 4 MiB = {model / 2**20:.0f} MiB; {w} workers, "
-          f"{args.shards} shards, hetps over {args.transport}; {args.steps} steps after "
+    print(f"model: {layers} layers of 4 MiB = {model / 2**20:.0f} MiB in {args.device} memory; "
+          f"{w} workers, {args.shards} shards, hetps over {args.transport}; {args.steps} steps after "
           f"{args.warmup} warm-up, {args.rounds} rounds", flush=True)
     # Rounds interleave the ways, so that a noisy moment does not fall on one of them only;
     # each figure is the median over the rounds of rank 0's median step.
@@ -215,6 +238,7 @@ def measure_size(args, ways, port):
                 figures[name].append(statistics.median(run_hetps(args, name)))
             else:
                 figures[name].append(run_ps_bench(args, name[len("c++-"):]))
+            print(f"round {round_index + 1}: {name} {figures[name][-1] * 1e3:.1f} ms", flush=True)
     moved = {"allreduce": 2 * (w - 1) / w * model}
     rows = [(name, statistics.median(figures[name]), moved.get(name, 2 * model))
             for name in ways]

@@ -20,7 +20,7 @@ bundle=${BUNDLE:-gpu-bundle}
 python=${PYTHON:-}
 
 binaries=(tests/gpu_test tests/device_client_test worker/examples/mlp_training server/ps-server
-          bench/ps-device-bench)
+          bench/ps-device-bench bench/ps-bench)
 if [ "${NO_BUILD:-0}" != 1 ]; then
   ./deploy/install_deps.sh
   python_flags=(-DHETPS_WITH_PYTHON=OFF)
@@ -29,7 +29,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then
   fi
   cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DHETPS_WITH_CUDA=ON -DHETPS_WITH_NCCL=ON \
     -DCMAKE_CUDA_ARCHITECTURES="80-real;90" "${python_flags[@]}" >/dev/null
-  targets=(gpu_test device_client_test mlp_training ps-server ps-device-bench)
+  targets=(gpu_test device_client_test mlp_training ps-server ps-device-bench ps-bench)
   if [ -n "$python" ]; then targets+=(_hetps); fi
   cmake --build "$build_dir" -j"$(nproc)" --target "${targets[@]}"
 fi

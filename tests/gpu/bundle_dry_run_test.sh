@@ -24,4 +24,5 @@ grep -q 'worker 0 final loss' <<<"$out" || fail "the MLP example did not finish"
 if compgen -G "$build_dir/python/hetps/_hetps*.so" >/dev/null; then
   [ -n "$(compgen -G "$bundle/build/python/hetps/_hetps*.so")" ] || fail "no Python module packed"
   grep -qE '^[0-9]+ passed' <<<"$out" || fail "the Python tests did not run from the bundle"
+  grep -qE '^hetps-sum +[0-9.]+ ' <<<"$out" || fail "bench/torch_step.py did not run"
 fi

@@ -2,7 +2,9 @@
 # The GPU checks, for a machine with an NVIDIA GPU (under 5 minutes on 16 cores): builds with CUDA
 # and NCCL (or takes gpu-bundle/ from tests/gpu/bundle.sh, for machines without hetps's Debian
 # packages), runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
-# two-shard cluster, and measures staging overlap with ps-device-bench (256 MiB push+pull).
+# two-shard cluster, runs the Python tests with CUDA tensors, times a PyTorch step of a 100 MiB
+# model in GPU memory through hetps.torch against gloo's all-reduce (bench/torch_step.py), and
+# measures staging overlap with ps-device-bench (256 MiB push+pull).
 #
 #   tests/gpu/run.sh     # on the GPU machine
 #
@@ -21,11 +23,13 @@ device=cuda
 memory=cuda
 bench_bytes=268435456
 mlp_size=(--hidden 1024 --inputs 512 --batch 256 --steps 200)
+torch_step=(--model_mb 100 --steps 6 --warmup 2 --rounds 2 --transport ucx --way_timeout_s 60)
 if [ "$dry_run" = 1 ]; then
   device=cpu
   memory=host
   bench_bytes=16777216
   mlp_size=(--steps 50)
+  torch_step=(--model_mb 4 --steps 2 --warmup 1 --rounds 1 --ways "allreduce,hetps-sum")
 elif ! nvidia-smi -L; then
   echo "tests/gpu/run.sh: no NVIDIA GPU here (nvidia-smi failed)" >&2
   exit 2
@@ -146,6 +150,14 @@ elif [ "$dry_run" != 1 ] && compgen -G "$build_dir/python/hetps/_hetps*.so" >/de
     Python version? tests/gpu/bundle.sh's PYTHON)")
 else
   echo "skipped: no python3 here with numpy, pytest and torch that loads $build_dir's module"
+fi
+
+echo "== A PyTorch step from $device memory: hetps.torch against gloo's all-reduce"
+if [ -n "$python" ]; then
+  timeout 400 "$python" bench/torch_step.py --build "$build_dir" --device "$device" \
+    "${torch_step[@]}" || failed+=("bench/torch_step.py --device $device")
+else
+  echo "skipped: no python3 with torch that loads the module (above)"
 fi
 
 echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
