@@ -2,9 +2,9 @@
 # The GPU checks, for a machine with an NVIDIA GPU (under 5 minutes on 16 cores): builds with CUDA
 # and NCCL (or takes gpu-bundle/ from tests/gpu/bundle.sh, for machines without hetps's Debian
 # packages), runs the GPU tests (none may skip), trains the MLP example from GPU memory on a local
-# two-shard cluster, runs the Python tests with CUDA tensors, times a PyTorch step of a 100 MiB
-# model in GPU memory through hetps.torch against gloo's all-reduce (bench/torch_step.py), and
-# measures staging overlap with ps-device-bench (256 MiB push+pull).
+# two-shard cluster, runs the Python tests with CUDA tensors, measures staging overlap with
+# ps-device-bench (256 MiB push+pull), and last (the longest) times a PyTorch step of a 100 MiB
+# model in GPU memory through hetps.torch against gloo's all-reduce (bench/torch_step.py).
 #
 #   tests/gpu/run.sh     # on the GPU machine
 #
@@ -152,6 +152,12 @@ else
   echo "skipped: no python3 here with numpy, pytest and torch that loads $build_dir's module"
 fi
 
+echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
+for transport in ucx grpc; do
+  timeout 180 "$build_dir/bench/ps-device-bench" --memory="$memory" --bytes="$bench_bytes" \
+    --reps=5 --transport="$transport" || failed+=("ps-device-bench --transport=$transport")
+done
+
 echo "== A PyTorch step from $device memory: hetps.torch against gloo's all-reduce"
 if [ -n "$python" ]; then
   timeout 400 "$python" bench/torch_step.py --build "$build_dir" --device "$device" \
@@ -159,12 +165,6 @@ if [ -n "$python" ]; then
 else
   echo "skipped: no python3 with torch that loads the module (above)"
 fi
-
-echo "== Staging overlap: $((bench_bytes >> 20)) MiB push+pull"
-for transport in ucx grpc; do
-  timeout 180 "$build_dir/bench/ps-device-bench" --memory="$memory" --bytes="$bench_bytes" \
-    --reps=5 --transport="$transport" || failed+=("ps-device-bench --transport=$transport")
-done
 
 if [ "${#failed[@]}" != 0 ]; then
   echo "tests/gpu/run.sh: ${#failed[@]} step(s) failed:" >&2
