@@ -110,18 +110,25 @@ def run_workers(args, mode, env_extra):
              "--model_mb", str(args.model_mb), "--steps", str(args.steps),
              "--warmup", str(args.warmup), "--device", args.device],
             env=env, stdout=subprocess.PIPE, text=True))
-    results = []
+    outputs = finish_all(procs, f"{mode}: a worker", args.way_timeout_s)
+    return json.loads(outputs[0].strip().splitlines()[-1])
+
+
+def finish_all(procs, what, timeout_s):
+    """Each process's output, once all have exited 0; ends the run, naming `what`, if one fails
+    or they are not all done within `timeout_s` (then all of them are killed)."""
+    outputs = []
     for proc in procs:
         try:
-            out, _ = proc.communicate(timeout=args.way_timeout_s)
+            out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             for other in procs:
                 other.kill()
-            raise SystemExit(f"{mode}: the workers did not finish within {args.way_timeout_s} s")
+            raise SystemExit(f"{what} did not finish within {timeout_s} s")
         if proc.returncode != 0:
-            raise SystemExit(f"{mode}: a worker exited with status {proc.returncode}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return results[0]
+            raise SystemExit(f"{what} exited with status {proc.returncode}")
+        outputs.append(out)
+    return outputs
 
 
 def with_cluster(args, body):
@@ -157,15 +164,7 @@ def run_ps_bench(args, rule):
                  f"--warmup={args.warmup}", "--timeout_s=300",
                  f"--json={out_dir}/rank{rank}.json"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for proc in procs:
-            try:
-                proc.wait(timeout=args.way_timeout_s)
-            except subprocess.TimeoutExpired:
-                for other in procs:
-                    other.kill()
-                raise SystemExit(f"ps-bench ({rule}) did not finish within {args.way_timeout_s} s")
-            if proc.returncode != 0:
-                raise SystemExit(f"ps-bench ({rule}) exited with status {proc.returncode}")
+        finish_all(procs, f"ps-bench ({rule})", args.way_timeout_s)
         with open(f"{out_dir}/rank0.json") as f:
             return json.load(f)["results"][0]["p50_us"] / 1e6
     return with_cluster(args, body)

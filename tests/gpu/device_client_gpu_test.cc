@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
@@ -32,6 +33,15 @@ int UsableGpus() {
 #define SKIP_WITHOUT_GPU()                                                               \
   do {                                                                                   \
     if (UsableGpus() == 0) GTEST_SKIP() << "no CUDA device can be used on this machine"; \
+  } while (0)
+
+// Builds without NCCL have no local groups: NewId says so.
+#define SKIP_WITHOUT_NCCL()                                     \
+  do {                                                          \
+    if (absl::Status made = LocalGroup::NewId().status();       \
+        made.code() == absl::StatusCode::kFailedPrecondition) { \
+      GTEST_SKIP() << made;                                     \
+    }                                                           \
   } while (0)
 
 // Device memory that frees itself.
@@ -195,7 +205,7 @@ TEST(GpuStreamTest, APushLetsTheStreamGoOnOnceItsGradientsAreStaged) {
   ASSERT_TRUE(id.ok());
   auto partitions = (*client)->Partitions(*id);
   ASSERT_TRUE(partitions.ok());
-  ASSERT_LE(partitions->size() * 1024, CudaOptions().staging_bytes);
+  ASSERT_LE(partitions->size() * client_options.partition_bytes, CudaOptions().staging_bytes);
   auto device = DeviceClient::Create(client->get(), CudaOptions());
   ASSERT_TRUE(device.ok()) << device.status();
   DeviceBuffer gradient(n);
@@ -305,10 +315,8 @@ TEST(GpuLocalGroupTest, EveryLocalGpuGetsTheWeightsOfTheLocalSum) {
   spec.init = Initializer::Zeros();
   auto id = (*client)->Declare(spec);
   ASSERT_TRUE(id.ok());
+  SKIP_WITHOUT_NCCL();
   auto group_id = LocalGroup::NewId();
-  if (group_id.status().code() == absl::StatusCode::kFailedPrecondition) {
-    GTEST_SKIP() << group_id.status();  // built without NCCL
-  }
   ASSERT_TRUE(group_id.ok()) << group_id.status();
   std::vector<std::vector<float>> results(gpus);
   std::vector<std::thread> ranks;
@@ -351,9 +359,7 @@ TEST(GpuLocalGroupTest, EveryLocalGpuGetsTheWeightsOfTheLocalSum) {
 // from (NCCL itself answers "internal error").
 TEST(GpuLocalGroupTest, AnIdNeverMadeIsAClearError) {
   SKIP_WITHOUT_GPU();
-  if (LocalGroup::NewId().status().code() == absl::StatusCode::kFailedPrecondition) {
-    GTEST_SKIP() << "built without NCCL";
-  }
+  SKIP_WITHOUT_NCCL();
   auto group = LocalGroup::Create(LocalGroupId{}, 0, 1, 0, absl::Seconds(10));
   EXPECT_EQ(group.status().code(), absl::StatusCode::kInvalidArgument) << group.status();
   EXPECT_NE(group.status().message().find("NewId"), std::string::npos) << group.status();
