@@ -75,6 +75,11 @@ ABSL_FLAG(std::string, ucx_port_range, "",
           "shards' data connections: LOW-HIGH keeps it in that range (firewalls); empty: any");
 ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin instead of sleeping when idle (lower latency, one busy CPU)");
+ABSL_FLAG(int32_t, ucx_clients_per_worker, 64,
+          "UCX: once this many workers' connections have left the shard's UCX worker, new ones "
+          "go to a new UCX worker, and the old one ends when its last connection leaves (UCX "
+          "frees what a departed connection held, its shared memory included, only with the "
+          "UCX worker)");
 ABSL_FLAG(double, idle_timeout_s, 600,
           "Close a worker's connection after this many seconds with nothing in progress (the "
           "worker reconnects when it next calls); also the limit for a connection that never "
@@ -239,6 +244,11 @@ int main(int argc, char** argv) {
   options.transport = absl::GetFlag(FLAGS_transport);
   options.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   options.ucx_busy_poll = absl::GetFlag(FLAGS_ucx_busy_poll);
+  options.ucx_clients_per_worker = absl::GetFlag(FLAGS_ucx_clients_per_worker);
+  if (options.ucx_clients_per_worker < 1) {
+    hetps::ExitWithUsageError(absl::StrCat("--ucx_clients_per_worker must be at least 1, not ",
+                                           options.ucx_clients_per_worker));
+  }
   options.grpc_bulk_port = absl::GetFlag(FLAGS_grpc_bulk_port);
   if (const std::string range = absl::GetFlag(FLAGS_ucx_port_range); !range.empty()) {
     // UCX reads its TCP transport's settings from the environment when it opens an interface,

@@ -90,6 +90,7 @@ transport::TransportOptions TransportOptionsFor(const ServerOptions& options) {
   transport_options.max_message_bytes = options.max_message_bytes;
   transport_options.ucx_net_devices = options.ucx_net_devices;
   transport_options.ucx_busy_poll = options.ucx_busy_poll;
+  transport_options.ucx_clients_per_worker = options.ucx_clients_per_worker;
   transport_options.grpc_bulk_port = options.grpc_bulk_port;
   transport_options.idle_timeout = options.idle_timeout;
   transport_options.keepalive_interval = options.keepalive_interval;

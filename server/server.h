@@ -84,6 +84,9 @@ struct ServerOptions {
   // otherwise) and busy polling instead of sleeping when idle.
   std::string ucx_net_devices = "auto";
   bool ucx_busy_poll = false;
+  // UCX: new clients go to a new UCX worker once this many have left the current one (UCX
+  // frees what a departed client held only with the worker).
+  int ucx_clients_per_worker = 64;
   // gRPC: the port of the connection for large calls (transport::TransportOptions).
   int grpc_bulk_port = 0;
   // Largest message accepted or sent; clients learn it when they connect.

@@ -27,6 +27,7 @@ absl::StatusOr<std::shared_ptr<Transport>> CreateTransport(absl::string_view nam
     ucx.net_devices = options.ucx_net_devices;
     ucx.tls = options.ucx_tls;
     ucx.busy_poll = options.ucx_busy_poll;
+    ucx.server_clients_per_worker = options.ucx_clients_per_worker;
     ucx.shared = options;
     return NewUcxTransport(ucx);
   }

@@ -145,6 +145,9 @@ struct TransportOptions {
   std::string ucx_net_devices = "auto";
   std::string ucx_tls;
   bool ucx_busy_poll = false;
+  // A UCX server moves new clients to a new UCX worker once this many have left the current
+  // one (UcxOptions::server_clients_per_worker).
+  int ucx_clients_per_worker = 64;
 
   // Liveness: each end pings the other after this long without traffic, and a connection whose
   // ping is not answered within keepalive_timeout is closed (its calls fail with Unavailable;

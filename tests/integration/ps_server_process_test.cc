@@ -86,6 +86,7 @@ TEST(PsServerFlagsTest, BadValuesEndTheProgramNamingTheFlag) {
       {{"--metrics_port=70000"}, "--metrics_port must be between -1 and 65535"},
       {{"--ucx_port_range=9-3"}, "--ucx_port_range must be LOW-HIGH"},
       {{"--ucx_port_range=7000"}, "--ucx_port_range must be LOW-HIGH"},
+      {{"--ucx_clients_per_worker=0"}, "--ucx_clients_per_worker must be at least 1"},
       {{"--replicas=2", "--num_shards=2", "--etcd=127.0.0.1:1", "--lifetime_s=5"},
        "etcd at 127.0.0.1:1 cannot be reached",
        1},
@@ -115,10 +116,11 @@ TEST(PsServerFlagsTest, UnknownEnvironmentValuesAreRefused) {
 TEST(PsServerFlagsTest, HelpDocumentsEveryFlagAndExitsZero) {
   const ServerRun run = RunServer({"--help"});
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* flag : {"--host", "--port ", "--port_file", "--shard_index", "--num_shards",
-                           "--num_workers", "--job_id", "--threads", "--max_message_bytes",
-                           "--max_pending_steps", "--max_wait_s", "--max_memory_bytes",
-                           "--lifetime_s", "--transport", "--ucx_net_devices", "--ucx_busy_poll"}) {
+  for (const char* flag :
+       {"--host", "--port ", "--port_file", "--shard_index", "--num_shards", "--num_workers",
+        "--job_id", "--threads", "--max_message_bytes", "--max_pending_steps", "--max_wait_s",
+        "--max_memory_bytes", "--lifetime_s", "--transport", "--ucx_net_devices", "--ucx_busy_poll",
+        "--ucx_clients_per_worker"}) {
     EXPECT_TRUE(absl::StrContains(run.output, flag)) << flag << " is not in --help:\n"
                                                      << run.output;
   }
@@ -186,6 +188,63 @@ TEST(PsServerUcxTest, UcxListensWithinThePortRangeAndWorkersTrainThroughIt) {
     EXPECT_GE(port, low) << range;
     EXPECT_LE(port, low + 9) << range;
   }
+#endif
+}
+
+// System V shared-memory segments mapped into process `pid` (UCX's shared-memory FIFOs).
+int MappedSysvSegments(int pid) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) count += absl::StrContains(line, "/SYSV");
+  return count;
+}
+
+// UCX 1.13 keeps the endpoint of every connection made to a shard's UCX worker, with the
+// worker's shared-memory segment attached (two mappings), until that UCX worker goes: a shard
+// serving job after job gathered them. New connections now go to a new UCX worker once a few
+// have left the old one (--ucx_clients_per_worker), which ends when its last one leaves.
+TEST(PsServerUcxTest, ConnectionsThatComeAndGoLeaveNoSharedMemoryBehind) {
+#ifndef HETPS_HAVE_UCX
+  GTEST_SKIP() << "this build has no UCX";
+#else
+  LocalCluster cluster;
+  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=ucx", "--ucx_clients_per_worker=4"}).ok());
+  const int shard = cluster.shard(0).pid();
+  auto echo = [&](transport::Connection& connection) {
+    transport::Request request;
+    request.method = hetps::v1::METHOD_ECHO;
+    request.deadline = absl::Now() + absl::Seconds(10);
+    return testing::CallAndWait(connection, std::move(request)).status();
+  };
+  auto connect = [&](transport::Transport& transport) {
+    return transport.Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
+                             testing::WorkerGreeting(0, 1, 0, 1));
+  };
+  std::shared_ptr<transport::Transport> first = testing::NewTestTransport("ucx");
+  auto staying = connect(*first);
+  ASSERT_TRUE(staying.ok()) << staying.status();
+  ASSERT_TRUE(echo(**staying).ok());
+  const int mapped_before = MappedSysvSegments(shard);
+  // Workers that come and go: processes that end (connections from this process, which stays,
+  // left nothing behind when tried).
+  constexpr int kRuns = 20;
+  for (int i = 0; i < kRuns; ++i) {
+    const std::string log = absl::StrCat(cluster.dir(), "/bench", i, ".log");
+    Subprocess bench(
+        {BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(), "--transport=ucx",
+         "-b", "4K", "-e", "4K", "--op=pushpull", "--duration_s=0.01", "--warmup=0"},
+        log);
+    ASSERT_EQ(bench.Wait(absl::Seconds(60)), 0) << ReadFile(log);
+  }
+  // Each run's two connections kept two mappings each with one UCX worker: 80 here. Now at
+  // most the connections gone from the newest UCX worker and from the one it replaced (which
+  // ends at the next connection), 4 each.
+  const int left_behind = MappedSysvSegments(shard) - mapped_before;
+  EXPECT_LE(left_behind, 2 * (4 + 4 + 2)) << 4 * kRuns << " with one UCX worker\n"
+                                          << ReadFile(cluster.shard_log(0));
+  EXPECT_TRUE(echo(**staying).ok()) << "the first connection, on the first UCX worker";
+  (*staying)->Shutdown();
+  ASSERT_TRUE(cluster.shard(0).running()) << ReadFile(cluster.shard_log(0));
 #endif
 }
 

@@ -538,6 +538,39 @@ TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
   (*grpc_only)->Shutdown();
 }
 
+// A server moves new clients to a new UCX worker once a few have left the old one
+// (UcxOptions::server_clients_per_worker; PsServerUcxTest counts what that saves). A client that
+// stays on an old worker keeps being served, and its probes (every second while a call waits)
+// are answered with that worker's address, not taken for a restart of the server.
+TEST(UcxListenerTest, AClientOfAReplacedWorkerIsServedAndNotTakenForARestart) {
+  TestHandler handler;
+  UcxOptions server_options;
+  server_options.server_clients_per_worker = 2;
+  std::shared_ptr<Transport> server = NewUcxTransport(server_options);
+  auto listener = server->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  std::shared_ptr<Transport> staying_transport = NewUcxTransport({});
+  auto staying =
+      staying_transport->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(staying.ok()) << staying.status();
+  ASSERT_TRUE(CallAndWait(**staying, MakeRequest(kEcho, "first")).ok());
+  for (int i = 0; i < 6; ++i) {  // the first worker is replaced after the second
+    std::shared_ptr<Transport> client = NewUcxTransport({});
+    auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    ASSERT_TRUE(CallAndWait(**connection, MakeRequest(kEcho, "hello")).ok()) << i;
+    (*connection)->Shutdown();
+  }
+  absl::Status waited =
+      CallAndWait(**staying, MakeRequest(kNeverReply, "", absl::Milliseconds(2500))).status();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  absl::StatusOr<Response> later = CallAndWait(**staying, MakeRequest(kEcho, "still here"));
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(later->header, "still here");
+  (*staying)->Shutdown();
+  (*listener)->Shutdown();
+}
+
 // A client worker that UCX cannot create (here: a transport name UCX does not know) fails the
 // connection, and leaves nothing behind that a later Drive() would touch.
 TEST(UcxTransportTest, AFailedClientWorkerLeavesNoHoleForDrive) {

@@ -200,6 +200,10 @@ void ClientCore::Probe() {
   }
   hetps::v1::UcxBootstrapRequest probe;
   probe.set_address_only(true);
+  {
+    absl::MutexLock lock(&mu);
+    probe.set_worker_address(server_address);  // the server may run several workers
+  }
   CallBootstrap(probe, keepalive_timeout, &ClientCore::OnProbe);
 }
 
@@ -242,8 +246,7 @@ void ClientCore::OnProbe(absl::StatusOr<Response> response) {
 
 void ClientCore::Connected(const std::string& server_address, uint64_t id) {
   large_sends.Clear();  // nothing waiting goes to the endpoint that closes here
-  if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);  // the server restarted
-  ep = nullptr;
+  if (ep != nullptr) CloseEndpoint(*worker, std::exchange(ep, nullptr));  // the server restarted
   absl::StatusOr<ucp_ep_h> created =
       CreateEndpoint(*worker, server_address, [weak = weak_from_this()](ucs_status_t status) {
         if (std::shared_ptr<ClientCore> core = weak.lock()) {
@@ -278,8 +281,7 @@ void ClientCore::Fail(const absl::Status& status) {
   // Their calls fail below; a send still under way ends with an error (maybe while the
   // endpoint closes: nothing waiting may start then).
   large_sends.Clear();
-  if (ep != nullptr) CloseEndpoint(*worker, ep, /*force=*/true);
-  ep = nullptr;
+  if (ep != nullptr) CloseEndpoint(*worker, std::exchange(ep, nullptr));
   sinks.clear();
   {
     absl::MutexLock lock(&mu);
@@ -574,17 +576,18 @@ void UcxConnection::Shutdown() {
     }
     core->large_sends.Clear();  // their calls failed above
     if (core->ep != nullptr) {
+      // Nothing else sends on it once it closes (the close progresses the worker).
+      ucp_ep_h ep = std::exchange(core->ep, nullptr);
       UcxFrame goodbye;
       goodbye.method = kGoodbyeMethod;
       {
         absl::MutexLock lock(&core->mu);
         goodbye.connection_id = core->server_id;
       }
-      SendFrame(*core->worker, core->ep, kRequestAm, goodbye, Payload(), /*eager=*/false,
+      SendFrame(*core->worker, ep, kRequestAm, goodbye, Payload(), /*eager=*/false,
                 [](ucs_status_t) {});
-      CloseEndpoint(*core->worker, core->ep, /*force=*/false);
+      CloseEndpoint(*core->worker, ep, kCloseWait);
     }
-    core->ep = nullptr;
     core->sinks.clear();
     core->client_worker->connections.erase(core->local_id);
     closed->Notify();

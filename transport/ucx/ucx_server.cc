@@ -49,6 +49,10 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
     SendWindow large_replies;
   };
 
+  // A core for `handler` with a new UCX worker.
+  static absl::StatusOr<std::shared_ptr<Core>> Create(RequestHandler* handler,
+                                                      const UcxOptions& options);
+
   RequestHandler* handler = nullptr;
   size_t max_message_bytes = 0;
   TransportOptions options;  // the server-side limits shared with gRPC
@@ -58,6 +62,11 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   // peer, and another client must not be able to guess that number.
   absl::flat_hash_map<uint64_t, Peer> peers;
   std::mt19937_64 peer_numbers{std::random_device()()};
+  // For the listener, which ends a core that nobody uses (any thread reads them): clients
+  // connected, clients gone, bootstraps under way.
+  std::atomic<int> peers_live{0};
+  std::atomic<int> peers_gone{0};
+  std::atomic<int> bootstrapping{0};
 
   ucs_status_t OnRequest(const void* header, size_t header_length, void* data, size_t length,
                          const ucp_am_recv_param_t* param);
@@ -76,6 +85,8 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   void SendReply(uint64_t peer, uint64_t call_id, bool answers_request,
                  absl::StatusOr<Response> result, bool large, bool eager);
   void Bootstrap(Request request, ReplyCallback reply);
+  // Says goodbye to every peer and ends the worker. Not from the worker's own thread.
+  void Shutdown();
   void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
   // Says goodbye to, and drops, the peers bootstrapped on gRPC connection `connection`, which
@@ -280,14 +291,6 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
     return;
   }
   hetps::v1::UcxBootstrapRequest bootstrap = *std::move(parsed);
-  if (bootstrap.address_only()) {
-    hetps::v1::UcxBootstrapResponse response;
-    response.set_worker_address(worker->address());
-    Response out;
-    out.header = response.SerializeAsString();
-    reply(std::move(out));
-    return;
-  }
   if (bootstrap.maps_memory() && WakeupsCannotCross(bootstrap.machine(), MachineAndNamespaces())) {
     hetps::v1::UcxBootstrapResponse response;
     response.set_without_mapped_memory(true);
@@ -333,6 +336,7 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
         peer.ep = *ep;
         peer.connection = connection;
         core->peers.emplace(id, std::move(peer));
+        core->peers_live.fetch_add(1);
         if (core->sweeper != nullptr) {
           core->sweeper->Add(connection, [weak = core->weak_from_this(), id] {
             std::shared_ptr<Core> alive = weak.lock();
@@ -367,11 +371,15 @@ void UcxListener::Core::SayGoodbye(Peer& peer) {
 void UcxListener::Core::Drop(uint64_t peer) {
   auto it = peers.find(peer);
   if (it == peers.end()) return;
-  it->second.large_replies.Clear();  // nothing waiting goes to the endpoint that closes here
-  CloseEndpoint(*worker, it->second.ep, /*force=*/true);
-  it->second.connection->End();
-  if (it->second.carrier != nullptr) it->second.carrier->Unpin();
-  peers.erase(it);
+  // Out of the map first: ending the connection answers its requests, and those answers must
+  // find the peer gone, not send on the endpoint that closes here.
+  auto gone = peers.extract(it);
+  peers_live.fetch_sub(1);
+  peers_gone.fetch_add(1);
+  gone.mapped().large_replies.Clear();
+  CloseEndpoint(*worker, gone.mapped().ep);
+  gone.mapped().connection->End();
+  if (gone.mapped().carrier != nullptr) gone.mapped().carrier->Unpin();
 }
 
 void UcxListener::Core::DropBootstrappedOn(uint64_t connection) {
@@ -394,40 +402,54 @@ class UcxListener::Front final : public RequestHandler {
  public:
   explicit Front(UcxListener* listener) : listener_(listener) {}
   absl::Status Admit(const ConnectionInfo& connection) override {
-    return listener_->core_->handler->Admit(connection);
+    return listener_->handler_->Admit(connection);
   }
   void HandleRequest(Request request, ReplyCallback reply) override {
-    if (request.method == kBootstrapMethod) {
-      listener_->core_->Bootstrap(std::move(request), std::move(reply));
+    if (request.method != kBootstrapMethod) {
+      listener_->handler_->HandleRequest(std::move(request), std::move(reply));
       return;
     }
-    listener_->core_->handler->HandleRequest(std::move(request), std::move(reply));
+    hetps::v1::UcxBootstrapRequest probe;
+    if (probe.ParseFromString(request.header) && probe.address_only()) {
+      listener_->AnswerProbe(probe.worker_address(), std::move(reply));
+      return;
+    }
+    std::shared_ptr<Core> core = listener_->CoreForBootstrap();
+    if (core == nullptr) {
+      reply(absl::UnavailableError("the UCX listener is shutting down"));
+      return;
+    }
+    core->Bootstrap(std::move(request),
+                    [core, reply = std::move(reply)](absl::StatusOr<Response> response) mutable {
+                      reply(std::move(response));
+                      core->bootstrapping.fetch_sub(1);
+                    });
   }
   void Disconnected(uint64_t connection_id) override {
-    listener_->core_->handler->Disconnected(connection_id);
-    listener_->core_->DropBootstrappedOn(connection_id);
+    listener_->handler_->Disconnected(connection_id);
+    absl::MutexLock lock(&listener_->mu_);
+    for (const std::shared_ptr<Core>& core : listener_->cores_) {
+      core->DropBootstrappedOn(connection_id);
+    }
   }
 
  private:
   UcxListener* const listener_;
 };
 
-absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
-    const std::string& address, RequestHandler* handler, const UcxOptions& options,
-    const std::shared_ptr<Transport>& grpc) {
-  std::unique_ptr<UcxListener> listener(new UcxListener());
-  listener->core_ = std::make_shared<Core>();
-  listener->core_->handler = handler;
-  listener->core_->max_message_bytes = options.max_message_bytes;
-  listener->core_->options = options.shared;
-  listener->core_->options.max_message_bytes = options.max_message_bytes;
-  listener->core_->sweeper =
-      std::make_unique<internal::ConnectionSweeper>(options.shared.idle_timeout);
+absl::StatusOr<std::shared_ptr<UcxListener::Core>> UcxListener::Core::Create(
+    RequestHandler* handler, const UcxOptions& options) {
+  auto core = std::make_shared<Core>();
+  core->handler = handler;
+  core->max_message_bytes = options.max_message_bytes;
+  core->options = options.shared;
+  core->options.max_message_bytes = options.max_message_bytes;
+  core->sweeper = std::make_unique<internal::ConnectionSweeper>(options.shared.idle_timeout);
   UcxOptions worker_options = options;
   worker_options.poll_before_sleep = options.server_poll_before_sleep;
-  HETPS_ASSIGN_OR_RETURN(listener->core_->worker, UcxWorker::Create(worker_options, "ucx-server"));
-  std::weak_ptr<Core> weak = listener->core_;
-  UcxWorker* worker = listener->core_->worker.get();
+  HETPS_ASSIGN_OR_RETURN(core->worker, UcxWorker::Create(worker_options, "ucx-server"));
+  std::weak_ptr<Core> weak = core;
+  UcxWorker* worker = core->worker.get();
   worker->Post([worker, weak] {
     worker->SetAmHandler(kRequestAm, [weak](const void* header, size_t header_length, void* data,
                                             size_t length, const ucp_am_recv_param_t* param) {
@@ -436,9 +458,93 @@ absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
       return core->OnRequest(header, header_length, data, length, param);
     });
   });
+  return core;
+}
+
+void UcxListener::Core::Shutdown() {
+  std::shared_ptr<Core> core = shared_from_this();
+  worker->Stop([core] {
+    // Replies already posted have gone out; say goodbye to every peer and flush. Out of the
+    // map first, as in Drop: requests that arrive or are answered meanwhile find no peer.
+    absl::flat_hash_map<uint64_t, Peer> leaving;
+    leaving.swap(core->peers);
+    for (auto& [id, peer] : leaving) {
+      core->SayGoodbye(peer);
+      CloseEndpoint(*core->worker, peer.ep, kCloseWait);
+      peer.connection->End();
+      if (peer.carrier != nullptr) peer.carrier->Unpin();
+    }
+    core->sweeper.reset();  // here: bootstraps add to it from this thread
+  });
+}
+
+absl::StatusOr<std::unique_ptr<UcxListener>> UcxListener::Start(
+    const std::string& address, RequestHandler* handler, const UcxOptions& options,
+    const std::shared_ptr<Transport>& grpc) {
+  std::unique_ptr<UcxListener> listener(new UcxListener());
+  listener->handler_ = handler;
+  listener->options_ = options;
+  HETPS_ASSIGN_OR_RETURN(std::shared_ptr<Core> core, Core::Create(handler, options));
+  {
+    absl::MutexLock lock(&listener->mu_);
+    listener->cores_.push_back(std::move(core));
+  }
   listener->front_ = std::make_unique<Front>(listener.get());
   HETPS_ASSIGN_OR_RETURN(listener->grpc_listener_, grpc->Listen(address, listener->front_.get()));
   return listener;
+}
+
+std::shared_ptr<UcxListener::Core> UcxListener::CoreForBootstrap() {
+  std::vector<std::shared_ptr<Core>> unused;
+  std::shared_ptr<Core> newest;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cores_.empty()) return nullptr;  // shut down
+    // Older cores take no bootstraps: once the last of theirs has ended and their clients
+    // have left, nothing can reach them again.
+    for (auto it = cores_.begin(); it + 1 < cores_.end();) {
+      if ((*it)->bootstrapping.load() == 0 && (*it)->peers_live.load() == 0) {
+        unused.push_back(std::move(*it));
+        it = cores_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (cores_.back()->peers_gone.load() >= options_.server_clients_per_worker) {
+      absl::StatusOr<std::shared_ptr<Core>> fresh = Core::Create(handler_, options_);
+      if (fresh.ok()) {
+        LogInfo("ucx: %d clients have left the server's worker: new ones get a new worker",
+                cores_.back()->peers_gone.load());
+        cores_.push_back(*std::move(fresh));
+      } else {
+        LogWarning("ucx: cannot start a new worker, the old one serves on: %s",
+                   fresh.status().message());
+        cores_.back()->peers_gone.store(0);  // not again at every bootstrap
+      }
+    }
+    newest = cores_.back();
+    newest->bootstrapping.fetch_add(1);
+  }
+  for (const std::shared_ptr<Core>& core : unused) core->Shutdown();
+  return newest;
+}
+
+void UcxListener::AnswerProbe(const std::string& known_address, ReplyCallback reply) {
+  hetps::v1::UcxBootstrapResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!cores_.empty()) response.set_worker_address(cores_.back()->worker->address());
+    for (const std::shared_ptr<Core>& core : cores_) {
+      if (core->worker->address() == known_address) response.set_worker_address(known_address);
+    }
+  }
+  if (response.worker_address().empty()) {
+    reply(absl::UnavailableError("the UCX listener is shutting down"));
+    return;
+  }
+  Response out;
+  out.header = response.SerializeAsString();
+  reply(std::move(out));
 }
 
 UcxListener::~UcxListener() { Shutdown(); }
@@ -446,20 +552,14 @@ UcxListener::~UcxListener() { Shutdown(); }
 std::string UcxListener::address() const { return grpc_listener_->address(); }
 
 void UcxListener::Shutdown() {
-  if (shut_down_.exchange(true) || core_ == nullptr || core_->worker == nullptr) return;
+  if (shut_down_.exchange(true)) return;
   if (grpc_listener_ != nullptr) grpc_listener_->Shutdown();  // no new bootstraps
-  std::shared_ptr<Core> core = core_;
-  core->worker->Stop([core] {
-    // Replies already posted have gone out; say goodbye to every peer and flush.
-    for (auto& [id, peer] : core->peers) {
-      core->SayGoodbye(peer);
-      CloseEndpoint(*core->worker, peer.ep, /*force=*/false);
-      peer.connection->End();
-      if (peer.carrier != nullptr) peer.carrier->Unpin();
-    }
-    core->peers.clear();
-    core->sweeper.reset();  // here: bootstraps add to it from this thread
-  });
+  std::vector<std::shared_ptr<Core>> cores;
+  {
+    absl::MutexLock lock(&mu_);
+    cores.swap(cores_);
+  }
+  for (const std::shared_ptr<Core>& core : cores) core->Shutdown();
 }
 
 }  // namespace hetps::transport::ucx_internal

@@ -6,8 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "transport/transport.h"
 #include "transport/ucx/ucx_frame.h"
 #include "transport/ucx/ucx_transport.h"
@@ -38,8 +40,19 @@ class UcxListener final : public Listener {
   class Front;
 
   UcxListener() = default;
+  // The worker that takes the next bootstrap: the newest one, or a new one once enough clients
+  // have left it (UcxOptions::server_clients_per_worker). Ends older ones that nobody uses any
+  // more. Not from a worker's own thread (ending one joins its thread). Null once shut down.
+  std::shared_ptr<Core> CoreForBootstrap();
+  // Answers a probe (UcxBootstrapRequest::address_only) with the address the client knows if
+  // that worker still serves, else the newest one's.
+  void AnswerProbe(const std::string& known_address, ReplyCallback reply);
 
-  std::shared_ptr<Core> core_;
+  RequestHandler* handler_ = nullptr;
+  UcxOptions options_;
+  absl::Mutex mu_;
+  // Oldest first; the last takes bootstraps. Each has its own UCX worker and peers.
+  std::vector<std::shared_ptr<Core>> cores_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Front> front_;
   std::unique_ptr<Listener> grpc_listener_;
   std::atomic<bool> shut_down_{false};

@@ -50,6 +50,13 @@ struct UcxOptions {
   // choice (8-64 KiB) costs a round trip that a copy does not: a 64 KiB push+pull over TCP
   // took 119 us by rendezvous and 60 eagerly, 16 KiB over shared memory 17 and 8.
   size_t rndv_threshold = 0;
+  // A server's UCX worker is replaced (for new clients; it serves its own until they leave,
+  // then goes) once this many clients have left it. UCX 1.13 destroys an endpoint that a peer
+  // connected to only with its worker (without peer failure detection, which would rule out
+  // shared memory): each client gone would keep its endpoint, and the client's shared-memory
+  // segment attached (about 4 MiB of address space and 1 MiB of memory, one of the machine's
+  // 4096 System V segments), for the server's life.
+  int server_clients_per_worker = 64;
   // What UCX shares with gRPC (its bootstrap runs over gRPC): keepalive, idle timeout and
   // backpressure. Its max_message_bytes is ignored for the one above.
   TransportOptions shared;

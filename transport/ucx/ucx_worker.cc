@@ -196,7 +196,7 @@ bool UcxWorker::DriveOnce() {
   if (released_) return false;
   Holding holding(this);
   RunTasks();
-  ucp_worker_progress(worker_);
+  Progress();
   return true;
 }
 
@@ -251,7 +251,8 @@ bool UcxWorker::RunTasks() {
 
 void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration timeout) {
   const absl::Time deadline = hetps::Now() + timeout;
-  while (!done() && hetps::Now() < deadline) ucp_worker_progress(worker_);
+  if (InsideProgress()) return;
+  while (!done() && hetps::Now() < deadline) Progress();
 }
 
 void UcxWorker::Run() {
@@ -287,7 +288,14 @@ bool UcxWorker::ProgressOnce() {
   absl::MutexLock lock(&ucx_mu_);
   Holding holding(this);
   const bool ran = RunTasks();
-  return ucp_worker_progress(worker_) != 0 || ran;
+  return Progress() != 0 || ran;
+}
+
+unsigned UcxWorker::Progress() {
+  ++progress_depth_;
+  const unsigned events = ucp_worker_progress(worker_);
+  --progress_depth_;
+  return events;
 }
 
 void UcxWorker::SleepUntilEvent() {
@@ -452,20 +460,21 @@ absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& ad
   return ep;
 }
 
-void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force) {
-  ucp_request_param_t param = {};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-  worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
-                       absl::Seconds(1));
-  if (ucp_request_check_status(request) == UCS_INPROGRESS) {
-    // The peer did not answer the flush in time: stop waiting for it.
-    ucp_request_cancel(worker.worker(), request);
-    worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
-                         absl::Milliseconds(100));
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait) {
+  if (worker.InsideProgress()) {
+    worker.Post([&worker, ep] { CloseEndpoint(worker, ep); });
+    return;
   }
+  ucp_request_param_t param = {};
+  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
+  // Done, or failed (the flush to a peer that is gone: the endpoint is released all the same).
+  if (!UCS_PTR_IS_PTR(request)) return;
+  if (wait > absl::ZeroDuration()) {
+    worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
+                         wait);
+  }
+  // Released now, a close still under way completes in the background (UCX frees it then, and
+  // a worker destroyed meanwhile ends it).
   ucp_request_free(request);
 }
 

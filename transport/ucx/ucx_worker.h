@@ -36,6 +36,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/payload.h"
 #include "transport/ucx/ucx_frame.h"
@@ -105,8 +106,11 @@ class UcxWorker {
   // --- Only by the thread holding the worker (in tasks, handlers and callbacks) ---
   ucp_worker_h worker() const { return worker_; }
   void SetAmHandler(unsigned id, AmHandler handler);
-  // Progresses until `done()` or `timeout` (for closing endpoints and flushing).
+  // Progresses until `done()` or `timeout` (for closing endpoints and flushing). Does nothing
+  // inside progress (UCX's own callbacks), where progress must not nest.
   void ProgressUntil(const std::function<bool()>& done, absl::Duration timeout);
+  // Whether the calling thread is inside ucp_worker_progress (in a handler or callback).
+  bool InsideProgress() const { return progress_depth_ > 0; }
   // A registered buffer of at least `bytes` bytes from a pool, handed back when the last
   // Payload referring to it goes. The memory stays valid after the worker stops.
   Payload Buffer(size_t bytes, uint8_t** data);
@@ -127,6 +131,8 @@ class UcxWorker {
   void Run();
   // One round of posted tasks and progress, holding the worker; true if anything happened.
   bool ProgressOnce();
+  // ucp_worker_progress, counted in progress_depth_.
+  unsigned Progress();
   // Arms the worker's event fd and sleeps until UCX or a task needs the thread (bounded).
   void SleepUntilEvent();
   // After Stop(): the last tasks, then UCX is released.
@@ -145,6 +151,7 @@ class UcxWorker {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int ucx_fd_ = -1;
+  int progress_depth_ = 0;              // only the thread holding the worker touches it
   std::vector<AmHandler> am_handlers_;  // by id
   std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
   std::shared_ptr<Pool> pool_;
@@ -199,8 +206,17 @@ void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& f
 absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
                                         std::function<void(ucs_status_t)> on_error);
 
-// Closes `ep` (flushing it unless `force`), progressing until done or a short deadline.
-void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, bool force);
+// Closes `ep`, flushing what was sent on it, and waits up to `wait` for the close to complete
+// (progressing the worker); what is not complete by then completes in the background. `ep` is
+// not to be used after. Every close flushes: UCX 1.13 refuses to force one without peer failure
+// detection (see CreateEndpoint), and a flush to a peer that is gone ends with the peer's
+// connection. (UCX 1.13 frees an endpoint that the peer connected to only with the worker: see
+// UcxOptions::server_clients_per_worker.) Inside UCX's callbacks the close is posted as a task
+// instead, with no wait: a close there may destroy transport endpoints that the round of
+// progress under way still holds events for, which UCX's TCP transport asserts against.
+void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait = absl::ZeroDuration());
+// How long a shutdown waits for its goodbye and the close to go out.
+inline constexpr absl::Duration kCloseWait = absl::Seconds(1);
 
 // The RNDV_THRESH a worker's context gets (see UcxOptions::rndv_threshold), 0 for UCX's own:
 // `configured` if set; else 0 when the environment sets UCX_RNDV_THRESH or `rdma_class_dir`
