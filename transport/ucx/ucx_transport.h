@@ -54,8 +54,8 @@ struct UcxOptions {
   // then goes) once this many clients have left it. UCX 1.13 destroys an endpoint that a peer
   // connected to only with its worker (without peer failure detection, which would rule out
   // shared memory): each client gone would keep its endpoint, and the client's shared-memory
-  // segment attached (about 4 MiB of address space and 1 MiB of memory, one of the machine's
-  // 4096 System V segments), for the server's life.
+  // segment attached (4 MiB of address space, the pages the client used, and one of the
+  // machine's System V segments, 4096 by default), for the server's life.
   int server_clients_per_worker = 64;
   // What UCX shares with gRPC (its bootstrap runs over gRPC): keepalive, idle timeout and
   // backpressure. Its max_message_bytes is ignored for the one above.
