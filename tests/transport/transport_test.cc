@@ -571,6 +571,30 @@ TEST(UcxListenerTest, AClientOfAReplacedWorkerIsServedAndNotTakenForARestart) {
   (*listener)->Shutdown();
 }
 
+// Over TCP, a UCX server sends the replies that its handler gives at once (inside UCX's message
+// callback) once UCX's round of progress is over: a send that fails at once (a worker killed,
+// its socket reset) closed UCX 1.13's TCP endpoint while that round still held an event for
+// it, and UCX aborted the server (TrainingTest's KilledWorker test, now and then). Over shared
+// memory replies go at once.
+TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
+  TestHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
+  auto listener = ucx->Listen("127.0.0.1:0", &handler);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
+  for (int i = 0; i < 20; ++i) {
+    Request request = MakeRequest(kEcho, "inline");
+    const std::vector<uint8_t> bytes(i * 1000, 7);
+    request.payload = Payload::Copy(bytes);
+    ASSERT_TRUE(CallAndWait(**connection, std::move(request), ucx.get()).ok()) << i;
+  }
+  EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
+  (*connection)->Shutdown();
+  (*listener)->Shutdown();
+}
+
 // A client worker that UCX cannot create (here: a transport name UCX does not know) fails the
 // connection, and leaves nothing behind that a later Drive() would touch.
 TEST(UcxTransportTest, AFailedClientWorkerLeavesNoHoleForDrive) {

@@ -273,6 +273,15 @@ TEST(LanesTest, OnlyTcpThroughANetworkDeviceCrossesANetwork) {
   EXPECT_FALSE(LanesCrossANetworkOverTcp("unknown"));
 }
 
+TEST(LanesTest, TcpIsTcpThroughAnyDevice) {
+  EXPECT_TRUE(LanesUseTcp("lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] am wireup"));
+  EXPECT_TRUE(LanesUseTcp("lane[0]:  0:tcp/eth0.0 md[0] -> md[0]/tcp/sysdev[255] am am_bw#0"));
+  EXPECT_FALSE(LanesUseTcp(
+      "lane[0]:  2:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am am_bw#0; lane[1]:  "
+      "4:cma/memory.0 md[4]  -> md[4]/cma/sysdev[255] rma_bw#0"));
+  EXPECT_FALSE(LanesUseTcp("unknown"));
+}
+
 }  // namespace
 }  // namespace hetps::transport::ucx_internal
 #endif  // HETPS_HAVE_UCX

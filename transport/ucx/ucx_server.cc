@@ -43,6 +43,7 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
     uint64_t bootstrap_connection = 0;
     std::shared_ptr<internal::ServerConnection> carrier;  // that connection, pinned
     bool lanes_logged = false;
+    bool over_tcp = false;  // its lanes are UCX's TCP transport (see SendReply)
     std::shared_ptr<internal::ServerConnection> connection;
     std::deque<Parked> parked;
     size_t parked_bytes = 0;
@@ -112,6 +113,7 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
     const std::string lanes = DescribeLanes(peer->second.ep);
     LogInfo("ucx: peer %d connected over %s", peer->first, lanes);
     peer->second.large_replies.AllowEager(LanesCrossANetworkOverTcp(lanes));
+    peer->second.over_tcp = LanesUseTcp(lanes);
   }
   if (header_length + length > max_message_bytes) {
     Reply(peer->first, frame->call_id,
@@ -254,6 +256,16 @@ void UcxListener::Core::SendReply(uint64_t peer, uint64_t call_id, bool answers_
                                   absl::StatusOr<Response> result, bool large, bool eager) {
   auto it = peers.find(peer);
   if (it == peers.end()) return;  // the client is gone (with its window)
+  if (it->second.over_tcp && worker->InsideProgress()) {
+    // Over TCP, a send that fails at once (the peer's socket reset: a worker killed) closes
+    // UCX's endpoint while the round of progress under way may still hold an event for it, and
+    // UCX 1.13 aborts on that. So a reply from UCX's callbacks goes once the round is over.
+    worker->RunAfterProgress([core = shared_from_this(), peer, call_id, answers_request,
+                              result = std::move(result), large, eager]() mutable {
+      core->SendReply(peer, call_id, answers_request, std::move(result), large, eager);
+    });
+    return;
+  }
   UcxFrame frame;
   frame.call_id = call_id;
   frame.connection_id = it->second.client_connection;
@@ -364,6 +376,14 @@ void UcxListener::Core::SayGoodbye(Peer& peer) {
   UcxFrame goodbye;
   goodbye.method = kGoodbyeMethod;
   goodbye.connection_id = peer.client_connection;
+  if (peer.over_tcp && worker->InsideProgress()) {
+    // As in SendReply; before the close that Drop defers alike: the endpoint is still open.
+    worker->RunAfterProgress([core = shared_from_this(), ep = peer.ep, goodbye] {
+      SendFrame(*core->worker, ep, kResponseAm, goodbye, Payload(), /*eager=*/false,
+                [](ucs_status_t) {});
+    });
+    return;
+  }
   SendFrame(*worker, peer.ep, kResponseAm, goodbye, Payload(), /*eager=*/false,
             [](ucs_status_t) {});
 }

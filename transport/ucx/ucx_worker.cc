@@ -295,6 +295,11 @@ unsigned UcxWorker::Progress() {
   ++progress_depth_;
   const unsigned events = ucp_worker_progress(worker_);
   --progress_depth_;
+  while (!after_progress_.empty()) {
+    std::vector<absl::AnyInvocable<void()>> running;
+    running.swap(after_progress_);
+    for (auto& task : running) task();
+  }
   return events;
 }
 
@@ -391,8 +396,15 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
   return {ucp_dt_make_iov(), pieces.data(), pieces.size()};
 }
 
+namespace {
+std::atomic<uint64_t> sends_inside_progress{0};
+}  // namespace
+
+uint64_t SendsInsideProgressForTesting() { return sends_inside_progress.load(); }
+
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
                Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done) {
+  if (worker.InsideProgress()) sends_inside_progress.fetch_add(1, std::memory_order_relaxed);
   // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
   // Data-path headers fit inline (no allocation of their own).
   struct SendState {
@@ -462,7 +474,7 @@ absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& ad
 
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait) {
   if (worker.InsideProgress()) {
-    worker.Post([&worker, ep] { CloseEndpoint(worker, ep); });
+    worker.RunAfterProgress([&worker, ep] { CloseEndpoint(worker, ep); });
     return;
   }
   ucp_request_param_t param = {};
@@ -506,6 +518,8 @@ bool LanesCrossANetworkOverTcp(absl::string_view lanes) {
   }
   return false;
 }
+
+bool LanesUseTcp(absl::string_view lanes) { return absl::StrContains(lanes, ":tcp/"); }
 
 size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir) {
   if (configured > 0) return configured;

@@ -111,6 +111,10 @@ class UcxWorker {
   void ProgressUntil(const std::function<bool()>& done, absl::Duration timeout);
   // Whether the calling thread is inside ucp_worker_progress (in a handler or callback).
   bool InsideProgress() const { return progress_depth_ > 0; }
+  // Inside progress: runs `task` as soon as ucp_worker_progress returns (before other tasks).
+  void RunAfterProgress(absl::AnyInvocable<void()> task) {
+    after_progress_.push_back(std::move(task));
+  }
   // A registered buffer of at least `bytes` bytes from a pool, handed back when the last
   // Payload referring to it goes. The memory stays valid after the worker stops.
   Payload Buffer(size_t bytes, uint8_t** data);
@@ -151,7 +155,9 @@ class UcxWorker {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int ucx_fd_ = -1;
-  int progress_depth_ = 0;              // only the thread holding the worker touches it
+  // Only the thread holding the worker touches these.
+  int progress_depth_ = 0;
+  std::vector<absl::AnyInvocable<void()>> after_progress_;
   std::vector<AmHandler> am_handlers_;  // by id
   std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
   std::shared_ptr<Pool> pool_;
@@ -198,6 +204,9 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 // whatever its size (SendWindow: a slow link), else UCX picks by the rendezvous threshold.
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
                Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done);
+// How many frames this process sent from inside UCX's callbacks (UcxWorker::InsideProgress).
+// A server sends none (see UcxListener's SendReply); for tests.
+uint64_t SendsInsideProgressForTesting();
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
 // endpoint failed. UCX may report it even while the endpoint is being closed, so the worker
@@ -211,9 +220,10 @@ absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& ad
 // not to be used after. Every close flushes: UCX 1.13 refuses to force one without peer failure
 // detection (see CreateEndpoint), and a flush to a peer that is gone ends with the peer's
 // connection. (UCX 1.13 frees an endpoint that the peer connected to only with the worker: see
-// UcxOptions::server_clients_per_worker.) Inside UCX's callbacks the close is posted as a task
-// instead, with no wait: a close there may destroy transport endpoints that the round of
-// progress under way still holds events for, which UCX's TCP transport asserts against.
+// UcxOptions::server_clients_per_worker.) Inside UCX's callbacks the close waits, with no
+// wait, until the round of progress under way is over (RunAfterProgress): a close there may
+// destroy transport endpoints that the round still holds events for, which UCX's TCP transport
+// asserts against.
 void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait = absl::ZeroDuration());
 // How long a shutdown waits for its goodbye and the close to go out.
 inline constexpr absl::Duration kCloseWait = absl::Seconds(1);
@@ -228,6 +238,8 @@ std::string DescribeLanes(ucp_ep_h ep);
 // Whether lanes (as DescribeLanes puts them) carry messages over TCP through a network device,
 // not loopback: where a large message may have to go eagerly (SendWindow).
 bool LanesCrossANetworkOverTcp(absl::string_view lanes);
+// Whether any of those lanes is UCX's TCP transport, loopback included.
+bool LanesUseTcp(absl::string_view lanes);
 
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
