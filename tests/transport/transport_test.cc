@@ -15,101 +15,22 @@
 #include "tests/testing/await_condition.h"
 #include "tests/testing/call.h"
 #include "tests/testing/transports.h"
+#include "tests/transport/test_handler.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/inproc/inproc_transport.h"
-#ifdef HETPS_HAVE_UCX
-#include "transport/ucx/ucx_client.h"
-#include "transport/ucx/ucx_transport.h"
-#endif
 
 namespace hetps::transport {
 namespace {
 
-enum TestMethod : uint32_t {
-  kEcho = 1,
-  kNeverReply = 2,
-  kFail = 3,
-  kReplyLater = 4,
-  kDeadline = 5,
-  kRecord = 6,
-};
-
-// Echoes, fails, stays silent or answers from another thread, depending on the method.
-class TestHandler : public RequestHandler {
- public:
-  ~TestHandler() override {
-    for (auto& thread : threads_) thread.join();
-    // Silent calls are answered at the end: a handler replies to every request once.
-    for (auto& reply : held_) reply(absl::CancelledError("test over"));
-  }
-
-  std::vector<int> recorded() {
-    absl::MutexLock lock(&mu_);
-    return recorded_;
-  }
-
-  void HandleRequest(Request request, ReplyCallback reply) override {
-    switch (request.method) {
-      case kEcho: {
-        Response response;
-        response.header = request.header;
-        response.payload = request.payload;
-        reply(std::move(response));
-        return;
-      }
-      case kNeverReply: {
-        absl::MutexLock lock(&mu_);
-        held_.push_back(std::move(reply));
-        return;
-      }
-      case kFail:
-        reply(absl::PermissionDeniedError("handler says no: " + request.header));
-        return;
-      case kReplyLater: {
-        absl::MutexLock lock(&mu_);
-        threads_.emplace_back([reply = std::move(reply), header = request.header]() mutable {
-          absl::SleepFor(absl::Milliseconds(20));
-          Response response;
-          response.header = header;
-          reply(std::move(response));
-        });
-        return;
-      }
-      case kRecord: {
-        {
-          absl::MutexLock lock(&mu_);
-          recorded_.push_back(std::stoi(request.header));
-        }
-        reply(Response());
-        return;
-      }
-      case kDeadline: {
-        Response response;
-        response.header = std::to_string(absl::ToInt64Milliseconds(request.deadline - absl::Now()));
-        reply(std::move(response));
-        return;
-      }
-    }
-    reply(absl::UnimplementedError("unknown test method"));
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<ReplyCallback> held_;
-  std::vector<int> recorded_;
-  std::vector<std::thread> threads_;
-};
-
+using test_calls::kDeadline;
+using test_calls::kEcho;
+using test_calls::kFail;
+using test_calls::kNeverReply;
+using test_calls::kRecord;
+using test_calls::kReplyLater;
+using test_calls::MakeRequest;
+using test_calls::TestHandler;
 using testing::CallAndWait;
-
-Request MakeRequest(uint32_t method, std::string header,
-                    absl::Duration timeout = absl::Seconds(10)) {
-  Request request;
-  request.method = method;
-  request.header = std::move(header);
-  request.deadline = absl::Now() + timeout;
-  return request;
-}
 
 class TransportTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -505,135 +426,6 @@ TEST_P(TransportTest, ListeningTwiceOnOneAddressFails) {
   auto second = transport_->Listen(listener_->address(), &other);
   EXPECT_FALSE(second.ok());
 }
-
-#ifdef HETPS_HAVE_UCX
-// A UCX listener serves gRPC clients on its port too (workers of a gRPC-only build); a UCX
-// client facing a gRPC-only listener gets an error that says so, at once.
-TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
-  TestHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
-  auto listener = ucx->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto grpc = NewGrpcTransport({});
-  auto connection = grpc->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  absl::StatusOr<Response> response = CallAndWait(**connection, MakeRequest(kEcho, "over grpc"));
-  ASSERT_TRUE(response.ok()) << response.status();
-  EXPECT_EQ(response->header, "over grpc");
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
-
-  auto grpc_only = grpc->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(grpc_only.ok());
-  const absl::Time start = absl::Now();
-  auto ucx_connection = ucx->Connect((*grpc_only)->address(), absl::Now() + absl::Seconds(10));
-  absl::Status outcome = ucx_connection.status();
-  if (ucx_connection.ok()) {
-    // Connections may bootstrap lazily: then the first call fails.
-    outcome = CallAndWait(**ucx_connection, MakeRequest(kEcho, "x", absl::Seconds(5))).status();
-  }
-  EXPECT_EQ(outcome.code(), absl::StatusCode::kUnavailable) << outcome;
-  EXPECT_NE(outcome.message().find("does not serve UCX"), absl::string_view::npos) << outcome;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-  (*grpc_only)->Shutdown();
-}
-
-// A server moves new clients to a new UCX worker once a few have left the old one
-// (UcxOptions::server_clients_per_worker; PsServerUcxTest counts what that saves). A client that
-// stays on an old worker keeps being served, and its probes (every second while a call waits)
-// are answered with that worker's address, not taken for a restart of the server.
-TEST(UcxListenerTest, AClientOfAReplacedWorkerIsServedAndNotTakenForARestart) {
-  TestHandler handler;
-  UcxOptions server_options;
-  server_options.server_clients_per_worker = 2;
-  std::shared_ptr<Transport> server = NewUcxTransport(server_options);
-  auto listener = server->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  std::shared_ptr<Transport> staying_transport = NewUcxTransport({});
-  auto staying =
-      staying_transport->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(staying.ok()) << staying.status();
-  ASSERT_TRUE(CallAndWait(**staying, MakeRequest(kEcho, "first")).ok());
-  for (int i = 0; i < 6; ++i) {  // the first worker is replaced after the second
-    std::shared_ptr<Transport> client = NewUcxTransport({});
-    auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    ASSERT_TRUE(CallAndWait(**connection, MakeRequest(kEcho, "hello")).ok()) << i;
-    (*connection)->Shutdown();
-  }
-  absl::Status waited =
-      CallAndWait(**staying, MakeRequest(kNeverReply, "", absl::Milliseconds(2500))).status();
-  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
-  absl::StatusOr<Response> later = CallAndWait(**staying, MakeRequest(kEcho, "still here"));
-  ASSERT_TRUE(later.ok()) << later.status();
-  EXPECT_EQ(later->header, "still here");
-  (*staying)->Shutdown();
-  (*listener)->Shutdown();
-}
-
-// Over TCP, a UCX server sends the replies that its handler gives at once (inside UCX's message
-// callback) once UCX's round of progress is over: a send that fails at once (a worker killed,
-// its socket reset) closed UCX 1.13's TCP endpoint while that round still held an event for
-// it, and UCX aborted the server (TrainingTest's KilledWorker test, now and then). Over shared
-// memory replies go at once.
-TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
-  TestHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
-  auto listener = ucx->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
-  for (int i = 0; i < 20; ++i) {
-    Request request = MakeRequest(kEcho, "inline");
-    const std::vector<uint8_t> bytes(i * 1000, 7);
-    request.payload = Payload::Copy(bytes);
-    ASSERT_TRUE(CallAndWait(**connection, std::move(request), ucx.get()).ok()) << i;
-  }
-  EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
-}
-
-// A client worker that UCX cannot create (here: a transport name UCX does not know) fails the
-// connection, and leaves nothing behind that a later Drive() would touch.
-TEST(UcxTransportTest, AFailedClientWorkerLeavesNoHoleForDrive) {
-  UcxOptions options;
-  options.tls = "no_such_ucx_transport";
-  std::shared_ptr<Transport> ucx = NewUcxTransport(options);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto connection = ucx->Connect("127.0.0.1:1", absl::Now() + absl::Seconds(5));
-    ASSERT_FALSE(connection.ok());
-    EXPECT_FALSE(ucx->Drive([] { return false; }));
-  }
-}
-
-// Calls that end at their deadline without a reply take their response sinks with them.
-TEST(UcxTransportTest, CallsThatExpireLeaveNoResponseSinkBehind) {
-  TestHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
-  auto listener = ucx->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(listener.ok()) << listener.status();
-  auto connection = ucx->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  auto* ucx_connection = dynamic_cast<ucx_internal::UcxConnection*>(connection->get());
-  ASSERT_NE(ucx_connection, nullptr);
-  std::vector<uint8_t> memory(4096);
-  for (int i = 0; i < 20; ++i) {
-    Request request = MakeRequest(kNeverReply, "", absl::Milliseconds(50));
-    request.response_sink.emplace_back(memory.data(), memory.size());
-    absl::Status status = CallAndWait(**connection, std::move(request)).status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (ucx_connection->HeldSinksForTesting() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(ucx_connection->HeldSinksForTesting(), 0u);
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
-}
-#endif
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportTest,
                          ::testing::ValuesIn(testing::TransportsUnderTest({"inproc"},
