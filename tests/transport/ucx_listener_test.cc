@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/call.h"
@@ -122,6 +126,64 @@ TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
   }
   EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
   connection->Shutdown();
+  listener->Shutdown();
+}
+
+// The same for a client's requests over TCP: calls that response callbacks start (a chain, one
+// call after the other), large requests that the send window lets go when an earlier one
+// completes, and a shutdown from a callback send nothing from inside UCX's callbacks.
+TEST(UcxTransportTest, RequestsOverTcpAreNotSentFromInsideUcxCallbacks) {
+  TestHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> connection;
+  ASSERT_TRUE(ListenAndConnect(*ucx, &handler, &listener, &connection).ok());
+  const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
+
+  // Four 1 MiB requests at once: the window holds some back until others complete.
+  const std::vector<uint8_t> large(1 << 20, 3);
+  absl::Mutex mu;
+  int answered = 0;
+  absl::Status failure;
+  for (int i = 0; i < 4; ++i) {
+    Request request = MakeRequest(kEcho, "large");
+    request.payload = Payload::Copy(large);
+    connection->Call(std::move(request), [&](absl::StatusOr<Response> response) {
+      absl::MutexLock lock(&mu);
+      if (!response.ok()) failure = response.status();
+      ++answered;
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    auto all_answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return answered == 4; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all_answered), absl::Seconds(20)));
+    ASSERT_TRUE(failure.ok()) << failure;
+  }
+
+  // A chain of 20 calls, each started by the previous one's callback; the last shuts down.
+  struct Chain {
+    Connection* connection;
+    int left = 20;
+    absl::Status failure;
+    absl::Notification over;
+    void Next() {
+      Request request = MakeRequest(kEcho, "chained");
+      request.payload = Payload::Copy(std::vector<uint8_t>(left * 1000, 5));
+      connection->Call(std::move(request), [this](absl::StatusOr<Response> response) {
+        if (!response.ok()) failure = response.status();
+        if (--left > 0 && failure.ok()) return Next();
+        connection->Shutdown();
+        over.Notify();
+      });
+    }
+  };
+  Chain chain{connection.get()};
+  chain.Next();
+  ASSERT_TRUE(chain.over.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_TRUE(chain.failure.ok()) << chain.failure;
+  EXPECT_EQ(chain.left, 0);
+  EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
   listener->Shutdown();
 }
 

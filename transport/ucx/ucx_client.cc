@@ -81,6 +81,7 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   };
   ucp_ep_h ep = nullptr;
   bool lanes_logged = false;
+  bool over_tcp = false;  // the endpoint's lanes are UCX's TCP transport (see SendRequest)
   absl::flat_hash_map<uint64_t, ResponseSink> sinks;   // by call
   SendWindow large_sends;                              // of requests
   absl::flat_hash_map<uint64_t, Receiving> receiving;  // by call
@@ -104,6 +105,11 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   void DropSinksOfEndedCalls();
   ucs_status_t OnResponse(const UcxFrame& frame, void* data, size_t length,
                           const ucp_am_recv_param_t* param);
+  // Sends call `id`'s request (from Call's task, or from the window once a large one may go).
+  void SendRequest(uint64_t id, UcxFrame frame, std::string method_header, Payload payload,
+                   bool large, bool eager);
+  // Says goodbye to the server on `closing` (Shutdown), then closes it.
+  void SayGoodbyeAndClose(ucp_ep_h closing);
   void FinishReceive(uint64_t call, ucs_status_t status);
 };
 
@@ -263,6 +269,7 @@ void ClientCore::Connected(const std::string& server_address, uint64_t id) {
     return;
   }
   ep = *created;
+  over_tcp = LanesUseTcp(DescribeLanes(ep));
   ready = true;
   server_id = id;
   this->server_address = server_address;
@@ -312,6 +319,7 @@ ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t le
     const std::string lanes = DescribeLanes(ep);
     LogInfo("ucx: connected to %s over %s", address, lanes);
     large_sends.AllowEager(LanesCrossANetworkOverTcp(lanes));
+    over_tcp = LanesUseTcp(lanes);
   }
   if (frame.status_code != 0) {
     tracker->Finish(call,
@@ -454,6 +462,54 @@ absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
   return connection;
 }
 
+void ClientCore::SendRequest(uint64_t id, UcxFrame frame, std::string method_header,
+                             Payload payload, bool large, bool eager) {
+  if (ep == nullptr) {  // the connection failed while this waited
+    if (large) large_sends.Done();
+    tracker->Finish(id,
+                    absl::UnavailableError(absl::StrCat("connection to ", address, " is down")));
+    return;
+  }
+  if (over_tcp && worker->InsideProgress()) {
+    // As a server's replies (UcxListener's SendReply): over TCP, a send that fails at once (the
+    // server killed, its socket reset) closes UCX's endpoint while the round of progress under
+    // way may still hold an event for it, and UCX 1.13 aborts the process on that. A request
+    // made from a response callback (the next call of a chain), or let go by the window when
+    // a send completes, goes once the round is over.
+    worker->RunAfterProgress([core = shared_from_this(), id, frame,
+                              method_header = std::move(method_header),
+                              payload = std::move(payload), large, eager]() mutable {
+      core->SendRequest(id, frame, std::move(method_header), std::move(payload), large, eager);
+    });
+    return;
+  }
+  frame.text = method_header;  // here: the task (and the string) may have moved
+  SendFrame(*worker, ep, kRequestAm, frame, std::move(payload), eager,
+            [core = shared_from_this(), id, large](ucs_status_t status) {
+              if (large) core->large_sends.Done();
+              if (status == UCS_OK) return;
+              core->sinks.erase(id);
+              core->tracker->Finish(id, UcxError("sending the request", status));
+            });
+}
+
+void ClientCore::SayGoodbyeAndClose(ucp_ep_h closing) {
+  if (over_tcp && worker->InsideProgress()) {
+    // As in SendRequest (Shutdown from a response callback); the close would wait alike.
+    worker->RunAfterProgress(
+        [core = shared_from_this(), closing] { core->SayGoodbyeAndClose(closing); });
+    return;
+  }
+  UcxFrame goodbye;
+  goodbye.method = kGoodbyeMethod;
+  {
+    absl::MutexLock lock(&mu);
+    goodbye.connection_id = server_id;
+  }
+  SendFrame(*worker, closing, kRequestAm, goodbye, Payload(), /*eager=*/false, [](ucs_status_t) {});
+  CloseEndpoint(*worker, closing, kCloseWait);
+}
+
 UcxConnection::~UcxConnection() { Shutdown(); }
 
 size_t UcxConnection::HeldSinksForTesting() {
@@ -516,41 +572,27 @@ void UcxConnection::Call(Request request, ResponseCallback done) {
   }
   // Sent from this thread when it may (busy polling, the worker free): a waiting caller then
   // drives the rest itself, with no hand-off to the progress thread.
-  const bool posted = core_->worker->RunOrPost([core = core_, id, frame,
-                                                method_header = std::move(request.header),
-                                                payload = std::move(request.payload),
-                                                sink = std::move(request.response_sink)]() mutable {
-    if (core->ep == nullptr) {
-      core->tracker->Finish(
-          id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
-      return;
-    }
-    if (!sink.empty()) core->sinks[id] = std::move(sink);
-    const bool large = payload.size() >= SendWindow::kLargeBytes;
-    const size_t bytes = payload.size();
-    auto send = [core, id, large, frame, method_header = std::move(method_header),
-                 payload = std::move(payload)](bool eager) mutable {
-      if (core->ep == nullptr) {  // the connection failed while this waited
-        if (large) core->large_sends.Done();
-        core->tracker->Finish(
-            id, absl::UnavailableError(absl::StrCat("connection to ", core->address, " is down")));
-        return;
-      }
-      frame.text = method_header;  // here: the task (and the string) may have moved
-      SendFrame(*core->worker, core->ep, kRequestAm, frame, std::move(payload), eager,
-                [core, id, large](ucs_status_t status) {
-                  if (large) core->large_sends.Done();
-                  if (status == UCS_OK) return;
-                  core->sinks.erase(id);
-                  core->tracker->Finish(id, UcxError("sending the request", status));
-                });
-    };
-    if (large) {
-      core->large_sends.Send(bytes, std::move(send));
-    } else {
-      send(/*eager=*/false);  // UCX's choice: eager below the rendezvous threshold
-    }
-  });
+  const bool posted = core_->worker->RunOrPost(
+      [core = core_, id, frame, method_header = std::move(request.header),
+       payload = std::move(request.payload), sink = std::move(request.response_sink)]() mutable {
+        if (core->ep == nullptr) {
+          core->tracker->Finish(id, absl::UnavailableError(
+                                        absl::StrCat("connection to ", core->address, " is down")));
+          return;
+        }
+        if (!sink.empty()) core->sinks[id] = std::move(sink);
+        const bool large = payload.size() >= SendWindow::kLargeBytes;
+        const size_t bytes = payload.size();
+        auto send = [core, id, large, frame, method_header = std::move(method_header),
+                     payload = std::move(payload)](bool eager) mutable {
+          core->SendRequest(id, frame, std::move(method_header), std::move(payload), large, eager);
+        };
+        if (large) {
+          core->large_sends.Send(bytes, std::move(send));
+        } else {
+          send(/*eager=*/false);  // UCX's choice: eager below the rendezvous threshold
+        }
+      });
   if (!posted) {
     core_->tracker->Finish(id, absl::UnavailableError("the UCX client is shutting down"));
   }
@@ -577,16 +619,7 @@ void UcxConnection::Shutdown() {
     core->large_sends.Clear();  // their calls failed above
     if (core->ep != nullptr) {
       // Nothing else sends on it once it closes (the close progresses the worker).
-      ucp_ep_h ep = std::exchange(core->ep, nullptr);
-      UcxFrame goodbye;
-      goodbye.method = kGoodbyeMethod;
-      {
-        absl::MutexLock lock(&core->mu);
-        goodbye.connection_id = core->server_id;
-      }
-      SendFrame(*core->worker, ep, kRequestAm, goodbye, Payload(), /*eager=*/false,
-                [](ucs_status_t) {});
-      CloseEndpoint(*core->worker, ep, kCloseWait);
+      core->SayGoodbyeAndClose(std::exchange(core->ep, nullptr));
     }
     core->sinks.clear();
     core->client_worker->connections.erase(core->local_id);

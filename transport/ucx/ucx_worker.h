@@ -205,7 +205,8 @@ UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces);
 void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
                Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done);
 // How many frames this process sent from inside UCX's callbacks (UcxWorker::InsideProgress).
-// A server sends none (see UcxListener's SendReply); for tests.
+// Over TCP a server sends none (see UcxListener's SendReply), nor does a client (see its
+// SendRequest); for tests.
 uint64_t SendsInsideProgressForTesting();
 
 // Creates an endpoint to `address`; `on_error` runs, holding the worker, if UCX reports the
