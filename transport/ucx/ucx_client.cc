@@ -22,96 +22,18 @@
 #include "transport/internal/call_tracker.h"
 #include "transport/ucx/send_window.h"
 #include "transport/ucx/shared_memory.h"
+#include "transport/ucx/ucx_client_core.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport::ucx_internal {
 namespace {
-
-// A message not taken is dropped by returning UCS_OK from its handler: UCX then drops a
-// rendezvous descriptor itself (ucp_am_recv_callback_t). Releasing it there too (with
-// ucp_am_data_release, only for descriptors kept with UCS_INPROGRESS) would free it twice.
 
 // While calls wait for the server, it is checked at least this often: a server that died with
 // calls in flight (its replicated partitions served elsewhere by now) is noticed in about a
 // second, not a whole keepalive_interval.
 constexpr absl::Duration kProbeWhileCallsWait = absl::Seconds(1);
 
-size_t TotalSize(const ResponseSink& spans) {
-  size_t total = 0;
-  for (const auto& span : spans) total += span.size();
-  return total;
-}
-
 }  // namespace
-
-// One connection's state, shared with callbacks (which hold it weakly or only briefly).
-struct ClientCore : std::enable_shared_from_this<ClientCore> {
-  std::string address;
-  ClientWorker* client_worker = nullptr;
-  UcxWorker* worker = nullptr;
-  uint64_t local_id = 0;
-  TimerQueue* timers = nullptr;
-  size_t max_message_bytes = 0;
-  std::string greeting;
-  absl::Duration keepalive_interval;
-  absl::Duration keepalive_timeout;
-  std::shared_ptr<internal::CallTracker> tracker;
-  std::unique_ptr<Connection> bootstrap;  // gRPC, to the same server
-  absl::Time last_probe = hetps::Now();   // only on the timer thread
-
-  absl::Mutex mu;
-  bool shut_down ABSL_GUARDED_BY(mu) = false;
-  bool ready ABSL_GUARDED_BY(mu) = false;  // the endpoint is up
-  bool bootstrapping ABSL_GUARDED_BY(mu) = false;
-  bool probing ABSL_GUARDED_BY(mu) = false;
-  uint64_t server_id ABSL_GUARDED_BY(mu) = 0;
-  std::string server_address ABSL_GUARDED_BY(mu);  // the UCX worker connected to
-  absl::Status last_error ABSL_GUARDED_BY(mu);
-
-  // Only by the thread holding the worker.
-  struct Receiving {
-    void* request = nullptr;
-    ResponseCallback done;
-    std::string header;
-    Payload payload;
-    TimerQueue::TimerId timer = 0;
-    absl::Status cancelled;  // why it was cancelled, if it was
-    // UCX reads the list of destination pieces until the receive completes.
-    std::vector<ucp_dt_iov_t> pieces;
-  };
-  ucp_ep_h ep = nullptr;
-  bool lanes_logged = false;
-  bool over_tcp = false;  // the endpoint's lanes are UCX's TCP transport (see SendRequest)
-  absl::flat_hash_map<uint64_t, ResponseSink> sinks;   // by call
-  SendWindow large_sends;                              // of requests
-  absl::flat_hash_map<uint64_t, Receiving> receiving;  // by call
-
-  void StartBootstrap();
-  // Calls the server's bootstrap method over gRPC; `then` gets the answer if this still lives.
-  void CallBootstrap(const hetps::v1::UcxBootstrapRequest& message, absl::Duration timeout,
-                     void (ClientCore::*then)(absl::StatusOr<Response>));
-  void OnBootstrapped(absl::StatusOr<Response> response);
-  // After a call ran out of time: is the server still the one connected to? Without peer
-  // failure detection (see CreateEndpoint) this is how a restarted or vanished server shows.
-  void Probe();
-  void OnProbe(absl::StatusOr<Response> response);
-  // Probes every keepalive_interval while connected, and every kProbeWhileCallsWait while
-  // calls wait for the server.
-  void ScheduleKeepalive();
-  void Connected(const std::string& server_address, uint64_t id);
-  void Fail(const absl::Status& status);
-  // Forgets the sinks of calls that ended without a response (at their deadlines): the caller
-  // may have freed that memory, and the map must not grow with every lost reply.
-  void DropSinksOfEndedCalls();
-  ucs_status_t OnResponse(const UcxFrame& frame, void* data, size_t length,
-                          const ucp_am_recv_param_t* param);
-  // Sends call `id`'s request (from Call's task, or from the window once a large one may go).
-  void SendRequest(uint64_t id, UcxFrame frame, std::string method_header, Payload payload,
-                   bool large, bool eager);
-  // Says goodbye to the server on `closing` (Shutdown), then closes it.
-  void SayGoodbyeAndClose(ucp_ep_h closing);
-  void FinishReceive(uint64_t call, ucs_status_t status);
-};
 
 absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOptions& options) {
   auto client = std::make_unique<ClientWorker>();
@@ -296,126 +218,6 @@ void ClientCore::Fail(const absl::Status& status) {
     last_error = status;
   }
   tracker->FailAll(status);
-}
-
-void ClientCore::DropSinksOfEndedCalls() {
-  absl::erase_if(sinks, [this](const auto& entry) { return !tracker->IsOutstanding(entry.first); });
-}
-
-ucs_status_t ClientCore::OnResponse(const UcxFrame& frame, void* data, size_t length,
-                                    const ucp_am_recv_param_t* param) {
-  const uint64_t call = frame.call_id;
-  ResponseSink sink;
-  if (auto it = sinks.find(call); it != sinks.end()) {
-    sink = std::move(it->second);
-    sinks.erase(it);
-  }
-  if (frame.method == kGoodbyeMethod) {
-    Fail(absl::UnavailableError(absl::StrCat(address, " closed the connection")));
-    return UCS_OK;
-  }
-  if (!lanes_logged && ep != nullptr) {
-    lanes_logged = true;
-    const std::string lanes = DescribeLanes(ep);
-    LogInfo("ucx: connected to %s over %s", address, lanes);
-    large_sends.AllowEager(LanesCrossANetworkOverTcp(lanes));
-    over_tcp = LanesUseTcp(lanes);
-  }
-  if (frame.status_code != 0) {
-    tracker->Finish(call,
-                    absl::Status(static_cast<absl::StatusCode>(frame.status_code), frame.text));
-    return UCS_OK;
-  }
-  // From here the connection, not the tracker, ends the call: if bytes are being received into
-  // the caller's memory, the call must not end (and let the caller reuse it) before UCX is done.
-  std::optional<internal::CallTracker::Detached> detached = tracker->Detach(call);
-  if (!detached.has_value()) return UCS_OK;  // ended already (its deadline passed): drop
-  Response response;
-  response.header = std::string(frame.text);
-  const bool into_sink = !sink.empty() && TotalSize(sink) == length;
-  absl::InlinedVector<ucp_dt_iov_t, 2> iov;
-  if (into_sink) {
-    for (const auto& span : sink) {
-      response.payload.Append(Payload::Borrow(span));
-      iov.push_back({span.data(), span.size()});
-    }
-  } else if (length > 0) {
-    uint8_t* buffer = nullptr;
-    response.payload = worker->Buffer(length, &buffer);
-    iov.push_back({buffer, length});
-  }
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    size_t offset = 0;  // eager (small, or a slow link's): copied straight to where it belongs
-    for (const ucp_dt_iov_t& piece : iov) {
-      std::memcpy(piece.buffer, static_cast<const uint8_t*>(data) + offset, piece.length);
-      offset += piece.length;
-    }
-    detached->done(std::move(response));
-    return UCS_OK;
-  }
-  struct Target {
-    std::weak_ptr<ClientCore> core;
-    uint64_t call;
-  };
-  auto* target = new Target{weak_from_this(), call};
-  ucp_request_param_t params = {};
-  params.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  params.user_data = target;
-  params.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user_data) {
-    std::unique_ptr<Target> done(static_cast<Target*>(user_data));
-    if (request != nullptr) ucp_request_free(request);
-    if (std::shared_ptr<ClientCore> core = done->core.lock()) {
-      core->FinishReceive(done->call, status);
-    }
-  };
-  Receiving& entry = receiving[call];
-  entry.done = std::move(detached->done);
-  entry.header = std::move(response.header);
-  entry.payload = std::move(response.payload);
-  // On the heap: the entry may move (the map grows), UCX's list of pieces must not.
-  entry.pieces.assign(iov.begin(), iov.end());
-  const UcxBuffer destination = DescribePieces(absl::MakeSpan(entry.pieces));
-  params.datatype = destination.datatype;
-  ucs_status_ptr_t request =
-      ucp_am_recv_data_nbx(worker->worker(), data, destination.buffer, destination.count, &params);
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
-    params.cb.recv_am(nullptr, request == nullptr ? UCS_OK : UCS_PTR_STATUS(request), length,
-                      target);
-    return UCS_OK;
-  }
-  entry.request = request;
-  // At the call's deadline, a receive still running is cancelled (and the call then ends).
-  entry.timer = timers->Schedule(detached->deadline, [weak = weak_from_this(), call] {
-    std::shared_ptr<ClientCore> core = weak.lock();
-    if (core == nullptr) return;
-    core->worker->Post([core, call] {
-      auto it = core->receiving.find(call);
-      if (it == core->receiving.end() || it->second.request == nullptr) return;
-      it->second.cancelled = absl::DeadlineExceededError(
-          absl::StrCat("no whole response from ", core->address, " before the call's deadline"));
-      ucp_request_cancel(core->worker->worker(), it->second.request);
-    });
-  });
-  return UCS_OK;
-}
-
-void ClientCore::FinishReceive(uint64_t call, ucs_status_t status) {
-  auto it = receiving.find(call);
-  if (it == receiving.end()) return;
-  Receiving entry = std::move(it->second);
-  receiving.erase(it);
-  if (entry.timer != 0) timers->Cancel(entry.timer);
-  if (status == UCS_OK) {
-    Response response;
-    response.header = std::move(entry.header);
-    response.payload = std::move(entry.payload);
-    entry.done(std::move(response));
-  } else if (!entry.cancelled.ok()) {
-    entry.done(entry.cancelled);
-  } else {
-    entry.done(UcxError(absl::StrCat("receiving a response from ", address), status));
-  }
 }
 
 absl::StatusOr<std::unique_ptr<UcxConnection>> UcxConnection::Connect(
