@@ -106,38 +106,40 @@ TEST(UcxListenerTest, AClientOfAReplacedWorkerIsServedAndNotTakenForARestart) {
   (*listener)->Shutdown();
 }
 
+// A UCX-over-TCP listener and connection (declared in the order they must end in).
+struct OverTcp {
+  TestHandler handler;
+  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
+  std::unique_ptr<Listener> listener;
+  std::unique_ptr<Connection> connection;
+};
+
 // Over TCP, a UCX server sends the replies that its handler gives at once (inside UCX's message
 // callback) once UCX's round of progress is over: a send that fails at once (a worker killed,
 // its socket reset) closed UCX 1.13's TCP endpoint while that round still held an event for
 // it, and UCX aborted the server (TrainingTest's KilledWorker test, now and then). Over shared
 // memory replies go at once.
 TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
-  TestHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
-  std::unique_ptr<Listener> listener;
-  std::unique_ptr<Connection> connection;
-  ASSERT_TRUE(ListenAndConnect(*ucx, &handler, &listener, &connection).ok());
+  OverTcp tcp;
+  ASSERT_TRUE(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection).ok());
   const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
   for (int i = 0; i < 20; ++i) {
     Request request = MakeRequest(kEcho, "inline");
     const std::vector<uint8_t> bytes(i * 1000, 7);
     request.payload = Payload::Copy(bytes);
-    ASSERT_TRUE(CallAndWait(*connection, std::move(request), ucx.get()).ok()) << i;
+    ASSERT_TRUE(CallAndWait(*tcp.connection, std::move(request), tcp.ucx.get()).ok()) << i;
   }
   EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
-  connection->Shutdown();
-  listener->Shutdown();
+  tcp.connection->Shutdown();
+  tcp.listener->Shutdown();
 }
 
 // The same for a client's requests over TCP: calls that response callbacks start (a chain, one
 // call after the other), large requests that the send window lets go when an earlier one
 // completes, and a shutdown from a callback send nothing from inside UCX's callbacks.
 TEST(UcxTransportTest, RequestsOverTcpAreNotSentFromInsideUcxCallbacks) {
-  TestHandler handler;
-  std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx-tcp");
-  std::unique_ptr<Listener> listener;
-  std::unique_ptr<Connection> connection;
-  ASSERT_TRUE(ListenAndConnect(*ucx, &handler, &listener, &connection).ok());
+  OverTcp tcp;
+  ASSERT_TRUE(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection).ok());
   const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
 
   // Four 1 MiB requests at once: the window holds some back until others complete.
@@ -148,7 +150,7 @@ TEST(UcxTransportTest, RequestsOverTcpAreNotSentFromInsideUcxCallbacks) {
   for (int i = 0; i < 4; ++i) {
     Request request = MakeRequest(kEcho, "large");
     request.payload = Payload::Copy(large);
-    connection->Call(std::move(request), [&](absl::StatusOr<Response> response) {
+    tcp.connection->Call(std::move(request), [&](absl::StatusOr<Response> response) {
       absl::MutexLock lock(&mu);
       if (!response.ok()) failure = response.status();
       ++answered;
@@ -178,13 +180,13 @@ TEST(UcxTransportTest, RequestsOverTcpAreNotSentFromInsideUcxCallbacks) {
       });
     }
   };
-  Chain chain{connection.get()};
+  Chain chain{tcp.connection.get()};
   chain.Next();
   ASSERT_TRUE(chain.over.WaitForNotificationWithTimeout(absl::Seconds(20)));
   EXPECT_TRUE(chain.failure.ok()) << chain.failure;
   EXPECT_EQ(chain.left, 0);
   EXPECT_EQ(ucx_internal::SendsInsideProgressForTesting(), before);
-  listener->Shutdown();
+  tcp.listener->Shutdown();
 }
 
 // A client worker that UCX cannot create (here: a transport name UCX does not know) fails the
