@@ -400,7 +400,8 @@ uint64_t Partition::Digest() const {
       hash *= 0x100000001b3ull;
     }
   };
-  add(weights_->data(), config_.range.size * sizeof(float));
+  std::vector<float> drawn;
+  add(ReportedWeights(drawn), config_.range.size * sizeof(float));
   add(state_.data(), state_.size_bytes());
   const uint64_t now = version();
   add(&now, sizeof(now));

@@ -292,6 +292,9 @@ class Partition {
   absl::Status CopyStateFrom(const transport::Payload& state);
   // Draws the deferred initial values into the weights, if nothing has overwritten them yet.
   void TakeDeferredValues();
+  // The weights as ReadState and Digest report them: those held, or while they are deferred
+  // the initializer's, drawn into `scratch`.
+  const float* ReportedWeights(std::vector<float>& scratch) const;
   // Restore and LoadSnapshot: each worker's run (by rank) and the version, as copied.
   void TakeRunsAndVersion(const google::protobuf::RepeatedPtrField<hetps::v1::WorkerRunImage>& runs,
                           uint64_t version);
@@ -304,7 +307,7 @@ class Partition {
   std::atomic<bool> backup_;
   bool replicating_;
   // Config::deferred_init until the weights are overwritten or drawn (TakeDeferredValues);
-  // meanwhile ReadState and Digest see the zeros.
+  // meanwhile the weights hold zeros, and ReadState and Digest report the initializer's values.
   const hetps::v1::Initializer* deferred_init_;
   std::shared_ptr<AlignedBuffer> weights_;
   // Checkpointed partitions: the weights buffer the last copy on write left (a checkpoint may

@@ -109,7 +109,8 @@ void Partition::TakeRunsAndVersion(
 transport::Payload Partition::ReadState(uint64_t* version) const {
   const size_t n = config_.range.size;
   auto copy = std::make_shared<std::vector<float>>(n * (1 + state_slots_.size()));
-  std::copy_n(weights_->data(), n, copy->data());
+  std::vector<float> drawn;
+  std::copy_n(ReportedWeights(drawn), n, copy->data());
   for (size_t slot = 0; slot < state_slots_.size(); ++slot) {
     std::copy_n(state_slots_[slot], n, copy->data() + (slot + 1) * n);
   }
@@ -131,6 +132,14 @@ absl::Status Partition::CopyStateFrom(const transport::Payload& state) {
   }
   deferred_init_ = nullptr;
   return absl::OkStatus();
+}
+
+const float* Partition::ReportedWeights(std::vector<float>& scratch) const {
+  if (deferred_init_ == nullptr) return weights_->data();
+  // Not drawn yet, since nothing needed them: they stand for the initializer's values.
+  scratch.resize(config_.range.size);
+  FillInitialWeights(*deferred_init_, config_.range, scratch.data(), config_.kernel_pool);
+  return scratch.data();
 }
 
 void Partition::TakeDeferredValues() {

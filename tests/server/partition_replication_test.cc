@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
+#include "server/initializer.h"
 #include "server/partition.h"
 
 namespace hetps::server {
@@ -22,7 +23,10 @@ constexpr size_t kElements = 300;
 
 class PartitionReplicationTest : public ::testing::Test {
  protected:
-  void MakePair(hetps::v1::SyncMode mode, uint32_t workers) {
+  // With `deferred`, the primary starts from the initializer's values and the backup from
+  // zeros, to draw them later (a rejoining shard's copy); otherwise both from the same values.
+  void MakePair(hetps::v1::SyncMode mode, uint32_t workers,
+                const hetps::v1::Initializer* deferred = nullptr) {
     auto optimizer = CreateOptimizer("adam", {{"lr", 0.01}});
     ASSERT_TRUE(optimizer.ok());
     std::shared_ptr<const Optimizer> rule = *std::move(optimizer);
@@ -39,10 +43,15 @@ class PartitionReplicationTest : public ::testing::Test {
     };
     Partition::Config backup = config;
     backup.backup = true;
+    backup.deferred_init = deferred;
     for (auto [target, with] : {std::pair{&primary_, &primary}, std::pair{&backup_, &backup}}) {
       absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::AllocateZeroed(kElements);
       ASSERT_TRUE(weights.ok());
-      for (size_t i = 0; i < kElements; ++i) weights->data()[i] = 0.01f * i;
+      if (deferred == nullptr) {
+        for (size_t i = 0; i < kElements; ++i) weights->data()[i] = 0.01f * i;
+      } else if (target == &primary_) {
+        FillInitialWeights(*deferred, config.range, weights->data());
+      }
       auto partition = Partition::Create(*with, *std::move(weights));
       ASSERT_TRUE(partition.ok());
       *target = *std::move(partition);
@@ -74,6 +83,11 @@ class PartitionReplicationTest : public ::testing::Test {
   Payload Kept(std::vector<float> g) {
     kept_.push_back(std::move(g));
     return Payload::Borrow(AsBytes(absl::MakeConstSpan(kept_.back())));
+  }
+  static std::vector<float> Floats(const Payload& bytes) {
+    std::vector<float> values(bytes.size() / sizeof(float));
+    bytes.CopyTo(0, transport::AsWritableBytes(absl::MakeSpan(values)));
+    return values;
   }
   absl::Status Push(Partition::PushOrigin origin, std::vector<float> g) {
     return primary_->Push(origin, FloatFormat::kFp32, Kept(std::move(g))).status();
@@ -166,6 +180,25 @@ TEST_F(PartitionReplicationTest, AStateWrittenReachesTheBackup) {
   EXPECT_EQ(batches_[0][0].meta.kind(), hetps::v1::CHANGE_KIND_WRITE_STATE);
   Deliver();
   EXPECT_EQ(backup_->version(), 9u);
+  EXPECT_EQ(backup_->Digest(), primary_->Digest());
+}
+
+// A copy built to take its values from elsewhere holds zeros until they come or it draws them;
+// what it reports meanwhile is the values it stands for, the initializer's, as the primary's.
+TEST_F(PartitionReplicationTest, ACopyWhoseValuesAreNotDrawnYetReadsAsItsInitializersValues) {
+  hetps::v1::Initializer normal;
+  normal.set_kind(hetps::v1::INIT_KIND_NORMAL);
+  normal.set_b(0.5);
+  normal.set_seed(11);
+  MakePair(hetps::v1::SYNC_MODE_BSP, 1, &normal);
+  uint64_t primary_version = 1, backup_version = 1;
+  const std::vector<float> primary = Floats(primary_->ReadState(&primary_version));
+  EXPECT_EQ(Floats(backup_->ReadState(&backup_version)), primary);
+  EXPECT_EQ(backup_version, primary_version);
+  EXPECT_EQ(backup_->Digest(), primary_->Digest());
+  // A first change draws them for good: the two stay equal.
+  ASSERT_TRUE(Push({0, kRun, 0, 0}, Gradient(0, 0)).ok());
+  Deliver();
   EXPECT_EQ(backup_->Digest(), primary_->Digest());
 }
 
