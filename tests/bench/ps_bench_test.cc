@@ -16,6 +16,7 @@
 #include "proto/ps.pb.h"
 #include "tests/testing/burst_recorder.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_cluster.h"
 #include "worker/client.h"
@@ -94,7 +95,7 @@ TEST(FloorRunnerTest, EveryEchoNamesWhatItsOperationMovesOverItsConnection) {
   settings.bytes = 10000;
   settings.chunk_bytes = 1024;
   settings.warmup = 0;
-  ASSERT_TRUE((*floor)->Measure(settings, /*iterations=*/1).ok());
+  ASSERT_OK((*floor)->Measure(settings, /*iterations=*/1));
   // As the client does (ClientBurstTest).
   testing::ExpectEachCallNamesItsConnectionsShare(recorder->TakeSeen(), /*connections=*/2,
                                                   settings.bytes);
@@ -151,7 +152,7 @@ class PsBenchClusterTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PsBenchClusterTest, TwoBenchmarkProcessesMeasureOneCluster) {
   testing::LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2, {"--transport=" + GetParam()}).ok());
+  ASSERT_OK(cluster.Start(2, 2, {"--transport=" + GetParam()}));
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int rank = 0; rank < 2; ++rank) {
     workers.push_back(std::make_unique<Subprocess>(
@@ -167,7 +168,7 @@ TEST_P(PsBenchClusterTest, TwoBenchmarkProcessesMeasureOneCluster) {
         << ReadFile(absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
     absl::StatusOr<JsonValue> json =
         ParseJson(ReadFile(absl::StrCat(cluster.dir(), "/rank", rank, ".json")));
-    ASSERT_TRUE(json.ok());
+    ASSERT_OK(json);
     const JsonValue& result = json->Find("results")->items()[0];
     EXPECT_EQ(result.Find("wrong")->as_number(), 0);
     EXPECT_EQ(result.Find("samples")->as_number(), 20);  // this process's worker only
@@ -196,7 +197,7 @@ TEST(PsBenchTest, MeasuresTokenAndTlsBesideSecurityOff) {
   ASSERT_EQ(bench.Wait(absl::Seconds(180)), 0) << ReadFile(dir.path() + "/log");
   EXPECT_EQ(ValidateJson(ReadFile(json), 4 * 2 * kTransports.size()), 0);
   absl::StatusOr<JsonValue> parsed = ParseJson(ReadFile(json));
-  ASSERT_TRUE(parsed.ok());
+  ASSERT_OK(parsed);
   std::map<std::string, int> rows;  // per "transport/security"
   for (const JsonValue& r : parsed->Find("results")->items()) {
     ++rows[r.Find("transport")->as_string() + "/" + r.Find("security")->as_string()];
@@ -219,7 +220,7 @@ TEST(PsBenchTest, MeasuresWithMetricsOnBesideOff) {
   ASSERT_EQ(bench.Wait(absl::Seconds(120)), 0) << ReadFile(dir.path() + "/log");
   EXPECT_EQ(ValidateJson(ReadFile(json), 2 * 2 * kTransports.size()), 0);
   absl::StatusOr<JsonValue> parsed = ParseJson(ReadFile(json));
-  ASSERT_TRUE(parsed.ok());
+  ASSERT_OK(parsed);
   std::map<std::string, int> rows;  // per "transport/metrics"
   for (const JsonValue& r : parsed->Find("results")->items()) {
     ++rows[r.Find("transport")->as_string() + "/" + r.Find("metrics")->as_string()];
@@ -237,12 +238,10 @@ TEST(PsBenchTest, PresentsTheJobsTokenAndTrustsItsCaAgainstACluster) {
   const std::string token = dir.path() + "/job.token";
   ASSERT_EQ(std::system(absl::StrCat("echo secret-of-the-job >", token).c_str()), 0);
   testing::LocalCluster cluster;
-  ASSERT_TRUE(cluster
-                  .Start(1, 1,
-                         {"--transport=grpc", "--auth_token_file=" + token,
-                          "--tls_cert_file=" + dir.path() + "/tls/server.pem",
-                          "--tls_key_file=" + dir.path() + "/tls/server.key"})
-                  .ok());
+  ASSERT_OK(cluster.Start(1, 1,
+                          {"--transport=grpc", "--auth_token_file=" + token,
+                           "--tls_cert_file=" + dir.path() + "/tls/server.pem",
+                           "--tls_key_file=" + dir.path() + "/tls/server.key"}));
   auto run = [&](const std::vector<std::string>& flags, const std::string& name) {
     std::vector<std::string> args = {BinaryPath("bench/ps-bench"),
                                      "--servers=" + cluster.servers_flag(),
@@ -277,7 +276,7 @@ TEST(PsBenchTest, ASweepThatFailsLateKeepsTheRowsItMeasured) {
   testing::ScopedTempDir dir;
   testing::LocalCluster cluster;
   // Room for the small sizes' tensors, not for 4 MiB.
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--max_memory_bytes=4000000"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=grpc", "--max_memory_bytes=4000000"}));
   const std::string csv = dir.path() + "/out.csv";
   Subprocess bench({BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(),
                     "--transport=grpc", "--op=pushpull", "-b", "4K", "-e", "4M", "-f", "32",
@@ -326,7 +325,7 @@ TEST(PsBenchTest, FactorOneMeasuresOneSize) {
 TEST(PsBenchTest, MeasuresTheShardsOfTheJobItNames) {
   testing::ScopedTempDir dir;
   testing::LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--job_id=team-a"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=grpc", "--job_id=team-a"}));
   auto run = [&](const std::string& job) {
     Subprocess bench(
         {BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(), "--transport=grpc",
@@ -343,7 +342,7 @@ TEST(PsBenchTest, MeasuresTheShardsOfTheJobItNames) {
 TEST(PsBenchTest, LeavesNothingOnTheShardsSoANextRunMayMeasureAnotherRule) {
   testing::ScopedTempDir dir;
   testing::LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=grpc"}));
   auto run = [&](const std::string& optimizer, const std::string& dtype) {
     Subprocess bench(
         {BinaryPath("bench/ps-bench"), "--servers=" + cluster.servers_flag(), "--transport=grpc",

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps {
 namespace {
@@ -31,7 +32,7 @@ TEST_F(AuthTokenTest, AFileWinsOverTheEnvironmentAndLosesItsNewline) {
 
 TEST_F(AuthTokenTest, TheEnvironmentServesWithoutAFileAndNothingMeansNoToken) {
   absl::StatusOr<std::string> none = LoadAuthToken("");
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(*none, "");
   setenv(kAuthTokenEnvironment, "from-environment", 1);
   EXPECT_EQ(*LoadAuthToken(""), "from-environment");

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps {
 namespace {
@@ -77,7 +78,7 @@ TEST(ShareOfShardTest, EqualsCountingPartitionByPartition) {
 TEST(PartitionLayoutTest, PartitionsAreNearlyEqual) {
   // 1.1 partitions' worth is cut into two halves, not a full one and a sliver.
   absl::StatusOr<PartitionLayout> layout = PartitionLayout::Create(1100, 1008);
-  ASSERT_TRUE(layout.ok());
+  ASSERT_OK(layout);
   ASSERT_EQ(layout->num_partitions(), 2u);
   EXPECT_EQ(layout->partition(0).size, 560u);
   EXPECT_EQ(layout->partition(1).size, 540u);
@@ -85,7 +86,7 @@ TEST(PartitionLayoutTest, PartitionsAreNearlyEqual) {
 
 TEST(PartitionLayoutTest, SmallerThanOnePartition) {
   absl::StatusOr<PartitionLayout> layout = PartitionLayout::Create(3, 1 << 20);
-  ASSERT_TRUE(layout.ok());
+  ASSERT_OK(layout);
   ASSERT_EQ(layout->num_partitions(), 1u);
   EXPECT_EQ(layout->partition(0).begin, 0u);
   EXPECT_EQ(layout->partition(0).size, 3u);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "worker/device_client.h"
@@ -136,8 +137,8 @@ TEST_P(GpuDeviceClientTest, OddSizedRoundTripsMatchTheHostClientExactly) {
       pushes.push_back({direct[t], host_gradients[t], {}});
       pulls.push_back({direct[t], absl::MakeSpan(host_weights[t]), {}});
     }
-    ASSERT_TRUE((*device)->PushPull(items, step, reinterpret_cast<GpuStream>(stream)).Wait().ok());
-    ASSERT_TRUE((*client)->PushPull(pushes, pulls, step).Wait().ok());
+    ASSERT_OK((*device)->PushPull(items, step, reinterpret_cast<GpuStream>(stream)).Wait());
+    ASSERT_OK((*client)->PushPull(pushes, pulls, step).Wait());
     for (size_t t = 0; t < sizes.size(); ++t) {
       ASSERT_EQ(weights[t]->Download(), host_weights[t]) << "tensor " << t << " step " << step;
     }
@@ -177,10 +178,10 @@ TEST(GpuStreamTest, TheStreamWaitsOnTheGpuAndTheWaitIsMeasured) {
       cudaSuccess);
   absl::SleepFor(absl::Milliseconds(300));                // the other worker is late
   EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady);  // held on the GPU
-  ASSERT_TRUE((*worker1)->PushPull(*id, twos, absl::MakeSpan(other), 0).Wait().ok());
+  ASSERT_OK((*worker1)->PushPull(*id, twos, absl::MakeSpan(other), 0).Wait());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(pinned[i], 3.0f) << i;  // the sum of both workers
-  ASSERT_TRUE(op.Wait().ok());
+  ASSERT_OK(op.Wait());
   const absl::Duration waited = (*device)->TakeStreamWaitTime();
   EXPECT_GE(waited, absl::Milliseconds(250));
   EXPECT_LT(waited, absl::Seconds(20));
@@ -202,9 +203,9 @@ TEST(GpuStreamTest, APushLetsTheStreamGoOnOnceItsGradientsAreStaged) {
   ASSERT_TRUE(client.ok()) << client.status();
   const uint64_t n = 2000;  // 8 partitions of 256 elements (1 KiB) at most
   auto id = (*client)->Declare(Spec("w", n));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   auto partitions = (*client)->Partitions(*id);
-  ASSERT_TRUE(partitions.ok());
+  ASSERT_OK(partitions);
   ASSERT_LE(partitions->size() * client_options.partition_bytes, CudaOptions().staging_bytes);
   auto device = DeviceClient::Create(client->get(), CudaOptions());
   ASSERT_TRUE(device.ok()) << device.status();
@@ -257,7 +258,7 @@ TEST(GpuTrainingTest, BspTrainingFromDeviceMemoryEqualsTheHostMemoryRun) {
           auto declared = client->Declare(Spec("model", n));
           ASSERT_TRUE(declared.ok()) << declared.status();
           id = *declared;
-          ASSERT_TRUE(client->Pull(id, absl::MakeSpan(w), 0).Wait().ok());
+          ASSERT_OK(client->Pull(id, absl::MakeSpan(w), 0).Wait());
           gradient = std::make_unique<DeviceBuffer>(n);
           weights = std::make_unique<DeviceBuffer>(n);
           ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
@@ -276,11 +277,10 @@ TEST(GpuTrainingTest, BspTrainingFromDeviceMemoryEqualsTheHostMemoryRun) {
           if (on_device) {
             gradient->Upload(g, stream);
             const DeviceItem items[] = {{id, gradient->data(), weights->data(), n, 0}};
-            ASSERT_TRUE(
-                device->PushPull(items, step, reinterpret_cast<GpuStream>(stream)).Wait().ok());
+            ASSERT_OK(device->PushPull(items, step, reinterpret_cast<GpuStream>(stream)).Wait());
             w = weights->Download(stream);
           } else {
-            ASSERT_TRUE(client->PushPull(id, g, absl::MakeSpan(w), step).Wait().ok());
+            ASSERT_OK(client->PushPull(id, g, absl::MakeSpan(w), step).Wait());
           }
         }
         results[rank] = w;
@@ -308,13 +308,13 @@ TEST(GpuLocalGroupTest, EveryLocalGpuGetsTheWeightsOfTheLocalSum) {
   auto cluster = TestCluster::Start("grpc", 2, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = (*cluster)->NewClient(0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   const uint64_t n = 2500;
   TensorSpec spec = Spec("shared", n, "sgd");
   spec.optimizer = {"sgd", {{"lr", 0.5}}};
   spec.init = Initializer::Zeros();
   auto id = (*client)->Declare(spec);
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   SKIP_WITHOUT_NCCL();
   auto group_id = LocalGroup::NewId();
   ASSERT_TRUE(group_id.ok()) << group_id.status();
@@ -339,7 +339,7 @@ TEST(GpuLocalGroupTest, EveryLocalGpuGetsTheWeightsOfTheLocalSum) {
       const DeviceItem items[] = {{*id, gradient.data(), weights.data(), n, 0}};
       Operation op = (*device)->PushPull(items, 0, reinterpret_cast<GpuStream>(stream));
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      ASSERT_TRUE(op.Wait().ok());
+      ASSERT_OK(op.Wait());
       results[rank] = weights.Download();
       cudaStreamDestroy(stream);
     });

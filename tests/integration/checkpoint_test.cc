@@ -27,6 +27,7 @@
 #include "tests/integration/example_job.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/client.h"
 
 namespace hetps {
@@ -69,7 +70,7 @@ void CheckpointTest::ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
   LocalCluster& cluster = cluster_;
   // The uninterrupted run: 200 BSP steps of Adam, 2 workers, 2 shards.
   LocalCluster uninterrupted;
-  ASSERT_TRUE(StartClusterOf(uninterrupted, shards, 2).ok());
+  ASSERT_OK(StartClusterOf(uninterrupted, shards, 2));
   {
     auto workers = StartWorkers(2, 200, "bsp", kAdam, &uninterrupted);
     for (int r = 0; r < 2; ++r) {
@@ -82,7 +83,7 @@ void CheckpointTest::ExpectRestoredJobEndsBitwiseLikeAnUninterruptedOne(
   const std::string dir = cluster.dir() + "/checkpoints";
   std::vector<std::string> with_checkpoints = {"--checkpoint_every=20", "--checkpoint_dir=" + dir};
   with_checkpoints.insert(with_checkpoints.end(), flags.begin(), flags.end());
-  ASSERT_TRUE(StartClusterOf(cluster, shards, 2, with_checkpoints).ok());
+  ASSERT_OK(StartClusterOf(cluster, shards, 2, with_checkpoints));
   {
     auto workers = StartWorkers(2, 150, "bsp", kAdam, &cluster);
     for (int r = 0; r < 2; ++r) {
@@ -160,7 +161,7 @@ TEST_P(CheckpointTest, ReplicatedRestoredJobEndsBitwiseLikeAnUninterruptedOneAnd
 TEST_P(CheckpointTest, DamagedOrForeignCheckpointsAreRefusedNamingTheFile) {
   const std::string dir = cluster_.dir() + "/checkpoints";
   // One checkpoint, of step 20 (a second one could be skipped while the first is written).
-  ASSERT_TRUE(StartCluster(2, 2, {"--checkpoint_every=20", "--checkpoint_dir=" + dir}).ok());
+  ASSERT_OK(StartCluster(2, 2, {"--checkpoint_every=20", "--checkpoint_dir=" + dir}));
   {
     auto workers = StartWorkers(2, 20, "bsp", kAdam);
     for (int r = 0; r < 2; ++r) {
@@ -255,7 +256,7 @@ void Steps(Client& client, TensorId id, uint64_t elements, uint64_t from, uint64
 // holds no partition has no part and restores the step alone.
 TEST_P(CheckpointTest, CheckpointsOnDemandAndOnSigtermRestoreTheirStep) {
   const std::string dir = cluster_.dir() + "/checkpoints";
-  ASSERT_TRUE(StartCluster(3, 1, {"--checkpoint_dir=" + dir}).ok());
+  ASSERT_OK(StartCluster(3, 1, {"--checkpoint_dir=" + dir}));
   ClientOptions options = InProcessClientOptions();
   options.partition_bytes = 4096;
   auto client = Client::Create(options);
@@ -324,7 +325,7 @@ TEST_P(CheckpointTest, CheckpointsOnDemandAndOnSigtermRestoreTheirStep) {
   id = (*client)->Declare(spec);
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> weights(spec.num_elements);
-  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(weights), 9).Wait().ok());
+  ASSERT_OK((*client)->Pull(*id, absl::MakeSpan(weights), 9).Wait());
   EXPECT_EQ(weights.front(), -4.5f);
   EXPECT_EQ(weights.back(), -4.5f);
 
@@ -341,7 +342,7 @@ TEST_P(CheckpointTest, CheckpointsOnDemandAndOnSigtermRestoreTheirStep) {
 
 // A checkpoint asked of shards that keep none is refused, and the job carries on.
 TEST_P(CheckpointTest, ShardsWithoutACheckpointDirRefuseACheckpoint) {
-  ASSERT_TRUE(StartCluster(1, 1).ok());
+  ASSERT_OK(StartCluster(1, 1));
   auto client = Client::Create(InProcessClientOptions());
   ASSERT_TRUE(client.ok()) << client.status();
   const TensorSpec spec = SgdSpec("w", 64);
@@ -363,10 +364,9 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   const std::string dir = cluster_.dir() + "/checkpoints";
   const int steps = 60;
   // One checkpoint, of the last step (an earlier one still being written cannot skip it).
-  ASSERT_TRUE(StartCluster(3, 2,
-                           {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1",
-                            absl::StrCat("--checkpoint_every=", steps), "--checkpoint_dir=" + dir})
-                  .ok());
+  ASSERT_OK(StartCluster(3, 2,
+                         {"--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1",
+                          absl::StrCat("--checkpoint_every=", steps), "--checkpoint_dir=" + dir}));
   auto workers = StartWorkers(2, steps, "bsp");
   ASSERT_TRUE(
       AwaitText(absl::StrCat(cluster_.dir(), "/worker0.log"), "rank 0 step 10 ", absl::Seconds(60)))
@@ -396,10 +396,9 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   // that run's leases may not have ended yet). Each shard must serve its own part again: shard
   // 2's copies of shard 1's partitions hold nothing of the checkpoint.
   LocalCluster restored;
-  ASSERT_TRUE(StartClusterOf(restored, 3, 2,
-                             {"--restore=" + dir, "--replicas=2", "--etcd=" + (*etcd)->endpoint(),
-                              "--lease_s=1"})
-                  .ok());
+  ASSERT_OK(StartClusterOf(
+      restored, 3, 2,
+      {"--restore=" + dir, "--replicas=2", "--etcd=" + (*etcd)->endpoint(), "--lease_s=1"}));
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(
         absl::StrContains(ReadFile(restored.shard_log(i)), absl::StrCat("restored step ", steps)))

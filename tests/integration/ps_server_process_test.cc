@@ -24,6 +24,7 @@
 #include "tests/testing/await_condition.h"
 #include "tests/testing/call.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -168,11 +169,9 @@ TEST(PsServerUcxTest, UcxListensWithinThePortRangeAndWorkersTrainThroughIt) {
   const std::string range = absl::StrCat(low, "-", low + 9);
   LocalCluster cluster;
   // No gRPC bulk port (--grpc_bulk_port), so every port but --port is UCX's.
-  ASSERT_TRUE(cluster
-                  .Start(1, 1,
-                         {"--transport=ucx", "--ucx_port_range=" + range, "--grpc_bulk_port=-1"},
-                         {"UCX_TLS=tcp"})
-                  .ok());
+  ASSERT_OK(cluster.Start(1, 1,
+                          {"--transport=ucx", "--ucx_port_range=" + range, "--grpc_bulk_port=-1"},
+                          {"UCX_TLS=tcp"}));
   const std::string log = cluster.dir() + "/worker.log";
   Subprocess worker(
       {BinaryPath("worker/examples/linear_regression"), "--servers=" + cluster.servers_flag(),
@@ -208,7 +207,7 @@ TEST(PsServerUcxTest, ConnectionsThatComeAndGoLeaveNoSharedMemoryBehind) {
   GTEST_SKIP() << "this build has no UCX";
 #else
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=ucx", "--ucx_clients_per_worker=4"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=ucx", "--ucx_clients_per_worker=4"}));
   const int shard = cluster.shard(0).pid();
   auto echo = [&](transport::Connection& connection) {
     transport::Request request;
@@ -223,7 +222,7 @@ TEST(PsServerUcxTest, ConnectionsThatComeAndGoLeaveNoSharedMemoryBehind) {
   std::shared_ptr<transport::Transport> first = testing::NewTestTransport("ucx");
   auto staying = connect(*first);
   ASSERT_TRUE(staying.ok()) << staying.status();
-  ASSERT_TRUE(echo(**staying).ok());
+  ASSERT_OK(echo(**staying));
   const int mapped_before = MappedSysvSegments(shard);
   // Workers that come and go: processes that end (connections from this process, which stays,
   // left nothing behind when tried).
@@ -253,7 +252,7 @@ TEST(PsServerUcxTest, ConnectionsThatComeAndGoLeaveNoSharedMemoryBehind) {
 TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
   for (const std::string transport : {"ucx", "grpc"}) {
     LocalCluster cluster;
-    ASSERT_TRUE(cluster.Start(1, 1, {"--transport=" + transport}).ok());
+    ASSERT_OK(cluster.Start(1, 1, {"--transport=" + transport}));
     auto log = [&] { return ReadFile(cluster.shard_log(0)); };
     cluster.shard(0).Signal(SIGHUP);
     testing::AwaitCondition(
@@ -271,7 +270,7 @@ TEST(PsServerSignalsTest, SighupIsLoggedAndTheShardKeepsServing) {
 TEST(PsServerSignalsTest, SigpipeDoesNotEndTheShard) {
   for (const std::string transport : {"ucx", "grpc"}) {
     LocalCluster cluster;
-    ASSERT_TRUE(cluster.Start(1, 1, {"--transport=" + transport}).ok());
+    ASSERT_OK(cluster.Start(1, 1, {"--transport=" + transport}));
     cluster.shard(0).Signal(SIGPIPE);
     // Answered after the signal: a process it ends is gone, or going, by the time kill returns.
     std::shared_ptr<transport::Transport> grpc = testing::NewTestTransport("grpc");
@@ -297,7 +296,7 @@ TEST(PsServerAuthTest, TheTokenComesFromAFileAndShowsNowhere) {
   const std::string file = dir.path() + "/token";
   std::ofstream(file) << token << "\n";
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc", "--auth_token_file=" + file}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=grpc", "--auth_token_file=" + file}));
   const std::string command_line =
       ReadFile(absl::StrCat("/proc/", cluster.shard(0).pid(), "/cmdline"));
   EXPECT_FALSE(command_line.empty());
@@ -366,7 +365,7 @@ TEST(PsServerLogTest, MalformedHeadersCannotFloodTheLog) {
 // own result.
 TEST(PsServerJobTest, ASecondRunOfAJobAgainstTheSameShardsFailsAndSaysWhy) {
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--transport=grpc"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--transport=grpc"}));
   for (int run = 0; run < 2; ++run) {
     const std::string log = absl::StrCat(cluster.dir(), "/run", run, ".log");
     Subprocess worker(
@@ -393,10 +392,8 @@ TEST(ClientShutdownTest, ShutdownWithCallsInFlightToAStalledShardEndsEveryOperat
     LocalCluster cluster;
     std::vector<std::string> env;
     if (transport == "ucx-tcp") env.push_back("UCX_TLS=tcp");
-    ASSERT_TRUE(
-        cluster
-            .Start(1, 1, {absl::StrCat("--transport=", transport == "grpc" ? "grpc" : "ucx")}, env)
-            .ok());
+    ASSERT_OK(cluster.Start(
+        1, 1, {absl::StrCat("--transport=", transport == "grpc" ? "grpc" : "ucx")}, env));
     ClientOptions options;
     options.servers = cluster.addresses();
     options.call_timeout = absl::Seconds(30);
@@ -452,7 +449,7 @@ TEST(LocalClusterTest, ShardsListenWhereNoOutgoingConnectionCanTakeTheirPorts) {
   std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
   if (ephemeral_low < 11000) GTEST_SKIP() << "the ephemeral range starts at " << ephemeral_low;
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 1).ok());
+  ASSERT_OK(cluster.Start(2, 1));
   for (int i = 0; i < 2; ++i) {
     const std::string& address = cluster.addresses()[i];
     int port = 0;

@@ -19,6 +19,7 @@
 #include "tests/integration/example_job.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/client.h"
 
 namespace hetps {
@@ -39,9 +40,8 @@ class ReplicationTest : public integration::ExampleJobTest {
     auto etcd = testing::EtcdProcess::Start();
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
-    ASSERT_TRUE(
-        StartCluster(shards, 2, {"--replicas=2", "--etcd=" + etcd_->endpoint(), "--lease_s=1"})
-            .ok());
+    ASSERT_OK(
+        StartCluster(shards, 2, {"--replicas=2", "--etcd=" + etcd_->endpoint(), "--lease_s=1"}));
     std::vector<std::string> flags = {"--optimizer=adam", "--lr=0.05"};
     flags.insert(flags.end(), extra.begin(), extra.end());
     workers_ = StartWorkers(2, steps, "bsp", flags);
@@ -74,7 +74,7 @@ TEST_P(ReplicationTest, ReplicatedShardsTrainLikeOneProcessAndEveryBackupEqualsI
   // The shards hold leases in etcd and find each other there (no --servers).
   auto etcd = testing::EtcdProcess::Start();
   ASSERT_TRUE(etcd.ok()) << etcd.status();
-  ASSERT_TRUE(StartCluster(3, 3, {"--replicas=2", "--etcd=" + (*etcd)->endpoint()}).ok());
+  ASSERT_OK(StartCluster(3, 3, {"--replicas=2", "--etcd=" + (*etcd)->endpoint()}));
   const int steps = 40;
   std::vector<std::unique_ptr<integration::Subprocess>> workers = StartWorkers(3, steps, "bsp");
   for (int r = 0; r < 3; ++r) {
@@ -174,7 +174,7 @@ TEST_P(ReplicationTest, AnOldProcessOfAShardIndexTakesNoLeaseOnceANewOneStarted)
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   const std::vector<std::string> replicated = {"--replicas=2", "--etcd=" + (*etcd)->endpoint(),
                                                "--lease_s=1"};
-  ASSERT_TRUE(StartCluster(2, 1, replicated).ok());
+  ASSERT_OK(StartCluster(2, 1, replicated));
   ASSERT_TRUE(cluster_.shard(1).Stop(absl::Seconds(10)));
   std::vector<std::string> argv = {testing::BinaryPath("server/ps-server"),
                                    "--host=127.0.0.1",
@@ -218,7 +218,7 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   const std::vector<std::string> flags = {"--replicas=2", "--etcd=" + (*etcd)->endpoint(),
                                           "--lease_s=1"};
-  ASSERT_TRUE(StartCluster(3, 2, flags).ok());
+  ASSERT_OK(StartCluster(3, 2, flags));
   const int steps = 400;
   // Each step computes for 20 ms, so that the shards fail and rejoin while training goes on.
   std::vector<std::unique_ptr<integration::Subprocess>> workers =
@@ -235,7 +235,7 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   ASSERT_TRUE(await_log(worker0, "rank 0 step 120 ")) << WorkerLog(cluster_, 0);
   ASSERT_TRUE(await_log(cluster_.shard_log(2), "shard 1 is gone"))
       << testing::ReadFile(cluster_.shard_log(2));
-  ASSERT_TRUE(cluster_.Restart(1).ok());
+  ASSERT_OK(cluster_.Restart(1));
   // Shard 0 copies its own partitions to shard 1, shard 2 the ones it took over from shard 1.
   ASSERT_TRUE(await_log(cluster_.shard_log(0),
                         "shard 1 is a full backup of the partitions placed on shard 0 again"))
@@ -259,9 +259,8 @@ TEST_P(ReplicationTest, AShardThatRejoinsCatchesUpAndTakesOverWhenTheNextGoes) {
   auto etcd2 = testing::EtcdProcess::Start();
   ASSERT_TRUE(etcd2.ok()) << etcd2.status();
   testing::LocalCluster undisturbed;  // stops before its etcd
-  ASSERT_TRUE(StartClusterOf(undisturbed, 3, 2,
-                             {"--replicas=2", "--etcd=" + (*etcd2)->endpoint(), "--lease_s=1"})
-                  .ok());
+  ASSERT_OK(StartClusterOf(undisturbed, 3, 2,
+                           {"--replicas=2", "--etcd=" + (*etcd2)->endpoint(), "--lease_s=1"}));
   std::vector<std::unique_ptr<integration::Subprocess>> reference =
       StartWorkers(2, steps, "bsp", {}, &undisturbed);
   for (int r = 0; r < 2; ++r) {
@@ -281,10 +280,9 @@ class ShardRestartTest : public integration::ExampleJobTest {
     auto etcd = testing::EtcdProcess::Start();
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
-    ASSERT_TRUE(StartCluster(3, 1,
-                             {"--replicas=2", "--etcd=" + etcd_->endpoint(),
-                              absl::StrCat("--lease_s=", lease_s)})
-                    .ok());
+    ASSERT_OK(StartCluster(
+        3, 1,
+        {"--replicas=2", "--etcd=" + etcd_->endpoint(), absl::StrCat("--lease_s=", lease_s)}));
     ClientOptions options = InProcessClientOptions(0, 1);
     options.servers = cluster_.addresses();
     options.partition_bytes = 1024;
@@ -319,7 +317,7 @@ class ShardRestartTest : public integration::ExampleJobTest {
   // Restarts shard `index` and waits until shard `copier` has copied it the partitions of
   // group `group`.
   void Rejoin(int index, int copier, int group) {
-    ASSERT_TRUE(cluster_.Restart(index).ok());
+    ASSERT_OK(cluster_.Restart(index));
     ASSERT_TRUE(AwaitText(cluster_.shard_log(copier),
                           absl::StrCat("shard ", index,
                                        " is a full backup of the partitions "
@@ -340,7 +338,7 @@ class ShardRestartTest : public integration::ExampleJobTest {
 // its copies hold initial values at version 0, which workers would take for the model.
 TEST_P(ShardRestartTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
   StartJob(/*lease_s=*/1, /*lr=*/0.25, /*call_timeout=*/absl::Seconds(8));
-  ASSERT_TRUE(Step(0).ok());
+  ASSERT_OK(Step(0));
   Kill(1, 2);
   const absl::Status served = Step(1);
   ASSERT_TRUE(served.ok()) << served;
@@ -357,7 +355,7 @@ TEST_P(ShardRestartTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
                             << " weights read back at their initial value\n"
                             << testing::ReadFile(cluster_.shard_log(2));
   // Shard 1 comes back empty: it serves its partitions again, and says that their state is lost.
-  ASSERT_TRUE(cluster_.Restart(1).ok());
+  ASSERT_OK(cluster_.Restart(1));
   const absl::Status after = client_->Pull(id_, absl::MakeSpan(weights_)).Wait();
   EXPECT_EQ(after.code(), absl::StatusCode::kDataLoss) << after;
 }
@@ -368,13 +366,13 @@ TEST_P(ShardRestartTest, AShardThatTookOverAndRestartedDoesNotServeWhatItLost) {
 // job goes on with every step in the weights.
 TEST_P(ShardRestartTest, ATakerRestartedWithinItsLeaseStillHandsItsGroupsToTheirBackups) {
   StartJob(/*lease_s=*/3, /*lr=*/0.125, /*call_timeout=*/absl::Seconds(30));
-  ASSERT_TRUE(Step(0).ok());
+  ASSERT_OK(Step(0));
   Kill(1, 2);
-  ASSERT_TRUE(Step(1).ok());
+  ASSERT_OK(Step(1));
   Rejoin(1, 2, 1);
-  ASSERT_TRUE(Step(2).ok());
+  ASSERT_OK(Step(2));
   Kill(2, -1);
-  ASSERT_TRUE(cluster_.Restart(2).ok());
+  ASSERT_OK(cluster_.Restart(2));
   const absl::Status after = Step(3);
   ASSERT_TRUE(after.ok()) << after << "\n"
                           << testing::ReadFile(cluster_.shard_log(0))

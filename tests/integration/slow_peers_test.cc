@@ -29,6 +29,7 @@
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -62,12 +63,9 @@ TEST(KeepaliveTest, AShardThatStopsAnsweringIsNoticedBeforeTheCallsDeadlineThenR
     LocalCluster cluster;
     std::vector<std::string> env;
     if (name == "ucx-tcp") env.push_back("UCX_TLS=tcp");
-    ASSERT_TRUE(cluster
-                    .Start(1, 1,
-                           {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx"),
-                            "--keepalive_s=1"},
-                           env)
-                    .ok());
+    ASSERT_OK(cluster.Start(
+        1, 1, {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx"), "--keepalive_s=1"},
+        env));
     transport::TransportOptions options;
     options.keepalive_interval = absl::Seconds(1);
     options.keepalive_timeout = absl::Seconds(1);
@@ -75,7 +73,7 @@ TEST(KeepaliveTest, AShardThatStopsAnsweringIsNoticedBeforeTheCallsDeadlineThenR
     auto connection = transport->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
                                          testing::WorkerGreeting(0, 1, 0, 1));
     ASSERT_TRUE(connection.ok()) << connection.status();
-    ASSERT_TRUE(testing::CallAndWait(**connection, Echo(absl::Seconds(10))).ok());
+    ASSERT_OK(testing::CallAndWait(**connection, Echo(absl::Seconds(10))));
 
     // Stopped, the shard's kernel still holds the connection open: only keepalives tell.
     ASSERT_TRUE(cluster.shard(0).Stop());
@@ -110,14 +108,13 @@ TEST(KeepaliveTest, AKilledShardFailsTheCallWaitingOnItWithinSeconds) {
     LocalCluster cluster;
     std::vector<std::string> env;
     if (name == "ucx-tcp") env.push_back("UCX_TLS=tcp");
-    ASSERT_TRUE(
-        cluster.Start(1, 2, {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx")}, env)
-            .ok());
+    ASSERT_OK(
+        cluster.Start(1, 2, {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx")}, env));
     std::shared_ptr<transport::Transport> transport = testing::NewTestTransport(name);
     auto connection = transport->Connect(cluster.addresses()[0], absl::Now() + absl::Seconds(10),
                                          testing::WorkerGreeting(0, 1, 0, 2));
     ASSERT_TRUE(connection.ok()) << connection.status();
-    ASSERT_TRUE(testing::CallAndWait(**connection, Echo(absl::Seconds(10))).ok());
+    ASSERT_OK(testing::CallAndWait(**connection, Echo(absl::Seconds(10))));
     hetps::v1::BarrierRequest barrier;
     barrier.set_worker_rank(0);
     barrier.set_generation(1);
@@ -181,12 +178,9 @@ TEST(KeepaliveTest, AWorkerThatStopsAnsweringIsLetGoByTheShard) {
     LocalCluster cluster;
     std::vector<std::string> env;
     if (name == "ucx-tcp") env.push_back("UCX_TLS=tcp");
-    ASSERT_TRUE(cluster
-                    .Start(1, 2,
-                           {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx"),
-                            "--keepalive_s=1"},
-                           env)
-                    .ok());
+    ASSERT_OK(cluster.Start(
+        1, 2, {absl::StrCat("--transport=", name == "grpc" ? "grpc" : "ucx"), "--keepalive_s=1"},
+        env));
     ClientOptions options;
     options.servers = cluster.addresses();
     options.world_size = 2;
@@ -249,7 +243,7 @@ TEST(SlowPeersTest, ThousandsOfSilentConnectionsAreClosedAndCostLittle) {
   constexpr int kSilent = 2000;
   RaiseFileLimit(kSilent + 1000);
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 1, {"--idle_timeout_s=3"}).ok());
+  ASSERT_OK(cluster.Start(1, 1, {"--idle_timeout_s=3"}));
   ClientOptions options;
   options.servers = cluster.addresses();
   options.transport = "grpc";
@@ -368,7 +362,7 @@ TEST(SlowPeersTest, AClientThatNeverReadsItsRepliesCannotMakeTheShardQueueWithou
   constexpr uint64_t kElements = kMiB / sizeof(float);
   constexpr int kRequests = 1024;
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(1, 2, {"--max_unsent_reply_bytes=8388608"}).ok());
+  ASSERT_OK(cluster.Start(1, 2, {"--max_unsent_reply_bytes=8388608"}));
   ClientOptions options;
   options.servers = cluster.addresses();
   options.world_size = 2;

@@ -21,6 +21,7 @@
 #include "optimizer/registry.h"
 #include "tests/integration/example_job.h"
 #include "tests/testing/local_cluster.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "worker/client.h"
@@ -46,7 +47,7 @@ using testing::Subprocess;
 using TrainingTest = integration::ExampleJobTest;
 
 TEST_P(TrainingTest, BspOverTwoShardsAndThreeWorkersEqualsSingleProcessTraining) {
-  ASSERT_TRUE(StartCluster(2, 3).ok());
+  ASSERT_OK(StartCluster(2, 3));
   const int steps = 60;
   std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, steps, "bsp");
   for (int r = 0; r < 3; ++r) {
@@ -74,7 +75,7 @@ TEST(BusyPollingTrainingTest, BspWorkersThatDriveUcxThemselvesEqualSingleProcess
   GTEST_SKIP() << "this build has no UCX";
 #endif
   LocalCluster cluster;
-  ASSERT_TRUE(cluster.Start(2, 2, {"--transport=ucx"}, {"HETPS_LOG_LEVEL=info"}).ok());
+  ASSERT_OK(cluster.Start(2, 2, {"--transport=ucx"}, {"HETPS_LOG_LEVEL=info"}));
   const int steps = 40;
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int r = 0; r < 2; ++r) {
@@ -99,7 +100,7 @@ TEST(BusyPollingTrainingTest, BspWorkersThatDriveUcxThemselvesEqualSingleProcess
 // device client's staging pipeline on host memory, with partitions small enough that every step
 // moves many chunks.
 TEST_P(TrainingTest, MlpExampleTrainsThroughTheDeviceClientOnTheCpu) {
-  ASSERT_TRUE(StartCluster(2, 2).ok());
+  ASSERT_OK(StartCluster(2, 2));
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int r = 0; r < 2; ++r) {
     workers.push_back(std::make_unique<Subprocess>(
@@ -124,7 +125,7 @@ TEST_P(TrainingTest, MlpExampleTrainsThroughTheDeviceClientOnTheCpu) {
 }
 
 TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
-  ASSERT_TRUE(StartCluster(2, 3).ok());
+  ASSERT_OK(StartCluster(2, 3));
   std::vector<std::unique_ptr<Subprocess>> workers = StartWorkers(3, 60, "asp");
   // ASP does not say how the workers' steps interleave: on a loaded machine one worker may run
   // all its steps before another starts, and ends with only its own 60 updates applied. The
@@ -143,7 +144,7 @@ TEST_P(TrainingTest, AspOverTwoShardsAndThreeWorkersConverges) {
 }
 
 TEST_P(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining) {
-  ASSERT_TRUE(StartCluster(2, 2).ok());
+  ASSERT_OK(StartCluster(2, 2));
   const int steps = 40;
   std::vector<std::unique_ptr<Subprocess>> workers =
       StartWorkers(2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--weight_decay=0.01"});
@@ -164,7 +165,7 @@ TEST_P(TrainingTest, AdamWithWeightDecayOverTwoShardsEqualsSingleProcessTraining
 // README's section on wire types.
 TEST_P(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
   constexpr float kBf16Tolerance = 0.005f;
-  ASSERT_TRUE(StartCluster(2, 2).ok());
+  ASSERT_OK(StartCluster(2, 2));
   const int steps = 60;
   std::vector<std::unique_ptr<Subprocess>> workers =
       StartWorkers(2, steps, "bsp", {"--optimizer=adam", "--lr=0.05", "--push_dtype=bf16"});
@@ -185,7 +186,7 @@ TEST_P(TrainingTest, Bf16GradientsConvergeCloseToTheFp32Run) {
 }
 
 TEST_P(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
-  ASSERT_TRUE(StartCluster(2, 2).ok());
+  ASSERT_OK(StartCluster(2, 2));
   std::unique_ptr<Client> clients[2];
   for (uint32_t r = 0; r < 2; ++r) {
     ClientOptions options = InProcessClientOptions(r, 2);
@@ -213,8 +214,8 @@ TEST_P(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
   }
   Operation a = clients[0]->PushPull(id, g0, absl::MakeSpan(out0), 0);
   Operation b = clients[1]->PushPull(id, g1, absl::MakeSpan(out1), 0);
-  ASSERT_TRUE(a.Wait().ok());
-  ASSERT_TRUE(b.Wait().ok());
+  ASSERT_OK(a.Wait());
+  ASSERT_OK(b.Wait());
   for (size_t i = 0; i < g0.size(); ++i) {
     ASSERT_EQ(out0[i], g0[i] + g1[i]) << i;
     ASSERT_EQ(out1[i], g0[i] + g1[i]) << i;
@@ -222,7 +223,7 @@ TEST_P(TrainingTest, SumOnlyShardsReturnExactlyTheSum) {
 }
 
 TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
-  ASSERT_TRUE(StartCluster(2, 1).ok());
+  ASSERT_OK(StartCluster(2, 1));
   ClientOptions options = InProcessClientOptions();
   options.call_timeout = absl::Seconds(120);
   auto client = Client::Create(options);
@@ -243,13 +244,13 @@ TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
   auto id = (*client)->Declare(spec, values);
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> back(n);
-  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  ASSERT_OK((*client)->Pull(*id, absl::MakeSpan(back)).Wait());
   ASSERT_EQ(0, std::memcmp(back.data(), values.data(), n * sizeof(float)));
 
   // And through a push: with lr 1, w' = w - g for every element, exactly.
   std::vector<float> gradient(n);
   for (size_t i = 0; i < n; ++i) gradient[i] = static_cast<float>(i % 1000) * 0.5f;
-  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  ASSERT_OK((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait());
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], values[i] - gradient[i]) << i;
 }
 
@@ -305,7 +306,7 @@ void ExpectDeadlineFailure(Subprocess& worker, const LocalCluster& cluster, int 
 }
 
 TEST_P(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
-  ASSERT_TRUE(StartCluster(2, 3).ok());
+  ASSERT_OK(StartCluster(2, 3));
   std::vector<std::unique_ptr<Subprocess>> workers =
       StartWorkers(3, 100000, "bsp", {kShortCallTimeout});
   ASSERT_TRUE(TrainingReaches(cluster_, workers, 3));
@@ -317,7 +318,7 @@ TEST_P(TrainingTest, KilledWorkerMakesTheOthersFailWithADeadlineError) {
 }
 
 TEST_P(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
-  ASSERT_TRUE(StartCluster(2, 2).ok());
+  ASSERT_OK(StartCluster(2, 2));
   std::vector<std::unique_ptr<Subprocess>> workers =
       StartWorkers(2, 100000, "bsp", {kShortCallTimeout});
   ASSERT_TRUE(TrainingReaches(cluster_, workers, 3));
@@ -328,7 +329,7 @@ TEST_P(TrainingTest, KilledShardMakesTheWorkersFailWithADeadlineError) {
 // A worker killed while it pushes 64 MiB tensors (messages in flight, large payloads half
 // received): the shard keeps serving the others.
 TEST_P(TrainingTest, WorkerKilledMidTransferLeavesTheShardServing) {
-  ASSERT_TRUE(StartCluster(1, 2).ok());
+  ASSERT_OK(StartCluster(1, 2));
   Subprocess pusher(
       {BinaryPath("bench/ps-bench"), "--servers=" + cluster_.servers_flag(), TransportFlag(),
        "--op=push", "--sync=asp", "--optimizer=sgd", "-b", "64M", "-e", "64M", "--warmup=0",
@@ -362,7 +363,7 @@ TEST_P(TrainingTest, WorkerKilledMidTransferLeavesTheShardServing) {
       back(spec.num_elements);
   auto id = (*observer)->Declare(spec, initial);
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE((*observer)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
+  ASSERT_OK((*observer)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait());
   EXPECT_EQ(back.front(), 2.0f);
   EXPECT_EQ(back.back(), 2.0f);
   EXPECT_TRUE(cluster_.shard(0).running()) << ReadFile(cluster_.shard_log(0));
@@ -373,7 +374,7 @@ TEST_P(TrainingTest, WorkerKilledMidTransferLeavesTheShardServing) {
 // DATA_LOSS naming the shard and the tensors (never the declared values at version 0 again), and
 // so does declaring again, from this worker or a new run of one; the other shard still serves.
 TEST_P(TrainingTest, ShardRestartedWithoutItsStateAnswersDataLoss) {
-  ASSERT_TRUE(StartCluster(2, 1).ok());
+  ASSERT_OK(StartCluster(2, 1));
   ClientOptions options = InProcessClientOptions();
   options.partition_bytes = 4096;  // "w" spans both shards
   options.call_timeout = absl::Seconds(2);
@@ -398,12 +399,11 @@ TEST_P(TrainingTest, ShardRestartedWithoutItsStateAnswersDataLoss) {
   absl::StatusOr<TensorId> small_id = (*client)->Declare(small, {});
   ASSERT_TRUE(small_id.ok()) << small_id.status();
   std::vector<float> gradient(spec.num_elements, 1.0f);
-  ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait().ok());
-  ASSERT_TRUE((*client)
-                  ->PushPull(*small_id, absl::MakeConstSpan(gradient).first(small.num_elements),
-                             absl::MakeSpan(small_back), 0)
-                  .Wait()
-                  .ok());
+  ASSERT_OK((*client)->PushPull(*id, gradient, absl::MakeSpan(back), 0).Wait());
+  ASSERT_OK((*client)
+                ->PushPull(*small_id, absl::MakeConstSpan(gradient).first(small.num_elements),
+                           absl::MakeSpan(small_back), 0)
+                .Wait());
 
   cluster_.shard(1).Signal(SIGKILL);
   ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
@@ -431,7 +431,7 @@ TEST_P(TrainingTest, ShardRestartedWithoutItsStateAnswersDataLoss) {
             absl::StatusCode::kDataLoss);
   EXPECT_EQ((*client)->Declare(spec, initial).status().code(), absl::StatusCode::kDataLoss);
   // The tensor on shard 0 alone is intact.
-  ASSERT_TRUE((*client)->Pull(*small_id, absl::MakeSpan(small_back), 1).Wait().ok());
+  ASSERT_OK((*client)->Pull(*small_id, absl::MakeSpan(small_back), 1).Wait());
   EXPECT_EQ(small_back[0], -0.5f);
 
   // A new run of the worker meets the restarted shard afresh: its declaration finds shard 1
@@ -453,7 +453,7 @@ TEST_P(TrainingTest, ShardRestartedWithoutItsStateAnswersDataLoss) {
 }
 
 TEST_P(TrainingTest, ShardRefusesABusyPort) {
-  ASSERT_TRUE(StartCluster(1, 1).ok());
+  ASSERT_OK(StartCluster(1, 1));
   const std::string port = cluster_.addresses()[0].substr(cluster_.addresses()[0].rfind(':') + 1);
   Subprocess second({BinaryPath("server/ps-server"), "--port=" + port, TransportFlag()},
                     cluster_.dir() + "/second.txt");
@@ -461,7 +461,7 @@ TEST_P(TrainingTest, ShardRefusesABusyPort) {
 }
 
 TEST_P(TrainingTest, ShardStopsOnSigterm) {
-  ASSERT_TRUE(StartCluster(1, 1).ok());
+  ASSERT_OK(StartCluster(1, 1));
   cluster_.shard(0).Signal(SIGTERM);
   EXPECT_EQ(cluster_.shard(0).Wait(absl::Seconds(10)), 0) << ReadFile(cluster_.shard_log(0));
 }

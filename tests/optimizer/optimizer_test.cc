@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "optimizer/gradient_sum.h"
 #include "optimizer/registry.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps {
 namespace {
@@ -103,7 +104,7 @@ std::vector<float> RunSteps(const Case& c, std::vector<double>* reference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
   absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
-  EXPECT_TRUE(weights.ok());
+  EXPECT_OK(weights);
   std::vector<double> w(n);
   for (size_t i = 0; i < n; ++i) w[i] = weights->data()[i] = normal(rng);
 
@@ -126,7 +127,7 @@ std::vector<float> RunSteps(const Case& c, std::vector<double>* reference) {
     if (step > 0 && step % 25 == 0 && params.contains("lr")) {
       params["lr"] *= 0.7;
       optimizer = CreateOptimizer(c.rule, params);
-      EXPECT_TRUE(optimizer.ok());
+      EXPECT_OK(optimizer);
     }
     for (size_t i = 0; i < n; ++i) {
       g0[i] = normal(rng);
@@ -315,7 +316,7 @@ TEST(OptimizerDefaultsTest, AreTorchOptimDefaults) {
 
 TEST(OptimizerDefaultsTest, AdagradStartsFromItsInitialAccumulator) {
   auto adagrad = CreateOptimizer("adagrad", {{"initial_accumulator_value", 0.25}});
-  ASSERT_TRUE(adagrad.ok());
+  ASSERT_OK(adagrad);
   std::vector<float> state(10, -1);
   float* slots[] = {state.data()};
   (*adagrad)->InitializeState(slots, state.size());

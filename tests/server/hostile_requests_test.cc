@@ -13,6 +13,7 @@
 #include "proto/ps.pb.h"
 #include "tests/server/shard_test_fixture.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -95,30 +96,27 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
   using hetps::v1::Method;
   // A shard with some history: both workers said hello, "t" (BSP) applied step 0, "a" (ASP)
   // took one push, and barrier 1 completed.
-  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_HELLO, Hello(0, kRun0).SerializeAsString()).ok());
-  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_HELLO, Hello(1, kRun1).SerializeAsString()).ok());
-  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_DECLARE,
-                      Declare("t", kElements, hetps::v1::SYNC_MODE_BSP).SerializeAsString())
-                  .ok());
+  ASSERT_OK(CallRaw(hetps::v1::METHOD_HELLO, Hello(0, kRun0).SerializeAsString()));
+  ASSERT_OK(CallRaw(hetps::v1::METHOD_HELLO, Hello(1, kRun1).SerializeAsString()));
+  ASSERT_OK(CallRaw(hetps::v1::METHOD_DECLARE,
+                    Declare("t", kElements, hetps::v1::SYNC_MODE_BSP).SerializeAsString()));
   std::string a_name;
   for (int i = 0; a_name.empty() || ShardOfPartition(TensorKeyFromName(a_name), 0, 2) != 0; ++i) {
     a_name = absl::StrCat("a", i);
   }
-  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_DECLARE,
-                      Declare(a_name, 16, hetps::v1::SYNC_MODE_ASP).SerializeAsString())
-                  .ok());
+  ASSERT_OK(CallRaw(hetps::v1::METHOD_DECLARE,
+                    Declare(a_name, 16, hetps::v1::SYNC_MODE_ASP).SerializeAsString()));
   std::string payload;
   for (auto [rank, run] : {std::pair{0u, kRun0}, std::pair{1u, kRun1}}) {
-    ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 0, &payload).SerializeAsString(),
-                        payload)
-                    .ok());
+    ASSERT_OK(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 0, &payload).SerializeAsString(),
+                      payload));
   }
   hetps::v1::PushRequest asp;
   asp.set_worker_rank(0);
   asp.set_incarnation(kRun0);
   asp.set_sequence(10);
   *asp.add_items() = ItemOf(a_name, 0, 64);
-  ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, asp.SerializeAsString(), Ones(64)).ok());
+  ASSERT_OK(CallRaw(hetps::v1::METHOD_PUSH, asp.SerializeAsString(), Ones(64)));
   hetps::v1::BarrierRequest barrier;
   barrier.set_generation(1);
   std::vector<std::thread> arrivals;
@@ -126,7 +124,7 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
     barrier.set_worker_rank(rank);
     barrier.set_incarnation(run);
     arrivals.emplace_back([this, header = barrier.SerializeAsString()] {
-      EXPECT_TRUE(CallRaw(hetps::v1::METHOD_BARRIER, header).ok());
+      EXPECT_OK(CallRaw(hetps::v1::METHOD_BARRIER, header));
     });
   }
   for (std::thread& arrival : arrivals) arrival.join();
@@ -307,9 +305,8 @@ TEST_P(HostileRequestsTest, EachGetsItsCodeAndTheShardsStateIsUnchanged) {
 
   // A well-behaved worker pair still trains: step 1 of "t" on shard 0.
   for (auto [rank, run] : {std::pair{0u, kRun0}, std::pair{1u, kRun1}}) {
-    ASSERT_TRUE(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 1, &payload).SerializeAsString(),
-                        payload)
-                    .ok());
+    ASSERT_OK(CallRaw(hetps::v1::METHOD_PUSH, PushOfT(rank, run, 1, &payload).SerializeAsString(),
+                      payload));
   }
   hetps::v1::PullRequest after;
   after.set_min_version(2);

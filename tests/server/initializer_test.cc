@@ -13,6 +13,7 @@
 #include "common/thread_pool.h"
 #include "gtest/gtest.h"
 #include "server/random_draws.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -39,8 +40,8 @@ TEST(InitialWeightsTest, SpreadOverAPoolTheyAreTheBitsOfOneThread) {
   const PartitionRange ranges[] = {{0, 1 << 18}, {12345, (1 << 18) + 7}, {3, (1 << 19) + 1}};
   for (const hetps::v1::Initializer& init : inits) {
     for (const PartitionRange& range : ranges) {
-      SCOPED_TRACE(testing::Message() << "kind " << init.kind() << ", elements " << range.begin
-                                      << "..+" << range.size);
+      SCOPED_TRACE(::testing::Message() << "kind " << init.kind() << ", elements " << range.begin
+                                        << "..+" << range.size);
       absl::StatusOr<AlignedBuffer> alone = InitialWeights(init, range, nullptr);
       absl::StatusOr<AlignedBuffer> spread = InitialWeights(init, range, &pool);
       ASSERT_TRUE(alone.ok()) << alone.status();
@@ -54,7 +55,7 @@ TEST(InitialWeightsTest, SpreadOverAPoolTheyAreTheBitsOfOneThread) {
 TEST(InitialWeightsTest, AnElementsValueDependsOnlyOnItsIndexInTheTensor) {
   ThreadPool pool(2, "init-test");
   for (const auto kind : {hetps::v1::INIT_KIND_NORMAL, hetps::v1::INIT_KIND_UNIFORM}) {
-    SCOPED_TRACE(testing::Message() << "kind " << kind);
+    SCOPED_TRACE(::testing::Message() << "kind " << kind);
     const hetps::v1::Initializer init = Init(kind, 0, 1);
     // One partition of 2^19 elements, and the same elements as two partitions cut unevenly.
     absl::StatusOr<AlignedBuffer> whole = InitialWeights(init, {1000, 1 << 19}, &pool);
@@ -78,11 +79,11 @@ TEST(InitialWeightsTest, EverySimdLevelDrawsTheSameBits) {
     const hetps::v1::Initializer init = Init(kind, 0.25, 3);
     SetActiveSimdLevel(SimdLevel::kBaseline);
     absl::StatusOr<AlignedBuffer> baseline = InitialWeights(init, {7, 100003});
-    ASSERT_TRUE(baseline.ok());
+    ASSERT_OK(baseline);
     for (int level = 1; level <= static_cast<int>(best); ++level) {
       SetActiveSimdLevel(static_cast<SimdLevel>(level));
       absl::StatusOr<AlignedBuffer> vectorised = InitialWeights(init, {7, 100003});
-      ASSERT_TRUE(vectorised.ok());
+      ASSERT_OK(vectorised);
       EXPECT_EQ(std::memcmp(baseline->data(), vectorised->data(), baseline->size_bytes()), 0)
           << "kind " << kind << ", level " << SimdLevelName(static_cast<SimdLevel>(level));
     }
@@ -96,7 +97,7 @@ TEST(InitialWeightsTest, NormalDrawsHaveTheMomentsOfANormal) {
   constexpr size_t kCount = size_t{1} << 20;
   absl::StatusOr<AlignedBuffer> weights =
       InitialWeights(Init(hetps::v1::INIT_KIND_NORMAL, kMean, kStddev), {1, kCount});
-  ASSERT_TRUE(weights.ok());
+  ASSERT_OK(weights);
   std::vector<double> z(kCount);
   for (size_t i = 0; i < kCount; ++i) z[i] = (weights->data()[i] - kMean) / kStddev;
   double sum = 0, sum2 = 0, sum3 = 0, sum4 = 0, lag1 = 0, lag2 = 0;
@@ -128,7 +129,7 @@ TEST(InitialWeightsTest, UniformDrawsFillTheirInterval) {
   constexpr size_t kCount = size_t{1} << 20;
   absl::StatusOr<AlignedBuffer> weights =
       InitialWeights(Init(hetps::v1::INIT_KIND_UNIFORM, kLow, kHigh), {5, kCount});
-  ASSERT_TRUE(weights.ok());
+  ASSERT_OK(weights);
   double sum = 0, sum2 = 0;
   size_t quarters[4] = {0, 0, 0, 0};
   for (size_t i = 0; i < kCount; ++i) {

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "optimizer/gradient_sum.h"
 #include "optimizer/registry.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -30,7 +31,7 @@ class PartitionTest : public ::testing::Test {
                                   const OptimizerParams& params = {{"lr", 0.1}},
                                   ThreadPool* pool = nullptr) {
     auto optimizer = CreateOptimizer(rule, params);
-    EXPECT_TRUE(optimizer.ok());
+    EXPECT_OK(optimizer);
     optimizer_ = *std::move(optimizer);
     Partition::Config config;
     config.range = {0, n};
@@ -39,10 +40,10 @@ class PartitionTest : public ::testing::Test {
     config.optimizer = optimizer_;
     config.kernel_pool = pool;
     absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::Allocate(n);
-    EXPECT_TRUE(weights.ok());
+    EXPECT_OK(weights);
     std::fill(weights->data(), weights->data() + n, initial);
     auto partition = Partition::Create(config, *std::move(weights));
-    EXPECT_TRUE(partition.ok());
+    EXPECT_OK(partition);
     return *std::move(partition);
   }
 
@@ -93,9 +94,8 @@ TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
     auto partition = Make(hetps::v1::SYNC_MODE_BSP, workers, n);
     for (uint32_t rank : order) {
       std::vector<std::string> storage;
-      ASSERT_TRUE(
-          partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, Fragmented(grads[rank], &storage))
-              .ok());
+      ASSERT_OK(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32,
+                                Fragmented(grads[rank], &storage)));
       EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
     }
     std::vector<float> result = Read(*partition);
@@ -119,15 +119,15 @@ TEST_F(PartitionTest, BspRetriesAreRecognised) {
   auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload)
-                  .ok());  // a retry: not counted twice
+  ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload));
+  ASSERT_OK(
+      partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload));  // a retry: not counted twice
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
-  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload)
-                  .ok());  // late retry of an applied step
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32,
+                            payload));  // late retry of an applied step
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
@@ -137,11 +137,11 @@ TEST_F(PartitionTest, BspStepsAheadWaitForTheirTurn) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   // Worker 0 runs ahead by a step; nothing is applied until step 0 is complete.
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({0, kRun, 1, 0}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({1, kRun, 1, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({0, kRun, 1, 0}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({1, kRun, 1, 0}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.4f);
 }
@@ -150,13 +150,13 @@ TEST_F(PartitionTest, AspAppliesEachPushOnceBySequence) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 2, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload).ok());  // retry
+  ASSERT_OK(partition->Push({0, kRun, 0, 10}, FloatFormat::kFp32, payload));  // retry
   EXPECT_EQ(partition->version(), 1u);
-  ASSERT_TRUE(partition->Push({1, kRun, 0, 3}, FloatFormat::kFp32, payload)
-                  .ok());  // another worker's own sequence
-  ASSERT_TRUE(partition->Push({0, kRun, 1, 11}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({1, kRun, 0, 3}, FloatFormat::kFp32,
+                            payload));  // another worker's own sequence
+  ASSERT_OK(partition->Push({0, kRun, 1, 11}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 3u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.3f);
 }
@@ -166,10 +166,9 @@ TEST_F(PartitionTest, AspPushesOvertakingEachOtherAreAllApplied) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16);
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 12}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(
-      partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload).ok());  // and a retry of it
+  ASSERT_OK(partition->Push({0, kRun, 0, 12}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({0, kRun, 0, 11}, FloatFormat::kFp32, payload));  // and a retry of it
   EXPECT_EQ(partition->version(), 2u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
 }
@@ -178,7 +177,7 @@ TEST_F(PartitionTest, AspPushTooOldToJudgeIsRefusedNotAcknowledged) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 0, "sgd", {{"lr", 1}});
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 100}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 100}, FloatFormat::kFp32, payload));
   absl::Status old = partition->Push({0, kRun, 0, 36}, FloatFormat::kFp32, payload).status();
   EXPECT_EQ(old.code(), absl::StatusCode::kAborted) << old;
   EXPECT_NE(old.message().find("too old"), absl::string_view::npos) << old;
@@ -190,7 +189,7 @@ TEST_F(PartitionTest, AspPushTooOldToJudgeIsRefusedNotAcknowledged) {
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -1.0f);
   // The oldest still inside the window is applied.
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 37}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 37}, FloatFormat::kFp32, payload));
   EXPECT_EQ(partition->version(), 2u);
 }
 
@@ -198,11 +197,11 @@ TEST_F(PartitionTest, AspNewRunOfAWorkerIsNotTakenForARetry) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 0, "sgd", {{"lr", 1}});
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 500}, FloatFormat::kFp32, payload).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({0, kRun, 0, 500}, FloatFormat::kFp32, payload));
   // The worker restarts and numbers its pushes from 1 again.
-  ASSERT_TRUE(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload).ok());
-  ASSERT_TRUE(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload).ok());  // retry
+  ASSERT_OK(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload));
+  ASSERT_OK(partition->Push({0, kRun + 1, 0, 1}, FloatFormat::kFp32, payload));  // retry
   EXPECT_EQ(partition->version(), 3u);
 }
 
@@ -211,7 +210,7 @@ TEST_F(PartitionTest, BspStepAppliedBeforeARunPushedItIsRefused) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   for (uint32_t rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+    ASSERT_OK(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, payload));
   }
   ASSERT_EQ(partition->version(), 1u);
   // Another run of worker 1 (the job started again) pushes step 0: not a retry.
@@ -221,26 +220,20 @@ TEST_F(PartitionTest, BspStepAppliedBeforeARunPushedItIsRefused) {
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -0.2f);
   // The first run's retry is still recognised.
-  EXPECT_TRUE(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload).ok());
+  EXPECT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32, payload));
 }
 
 TEST_F(PartitionTest, BspNewRunReplacesTheGradientItsPredecessorLeft) {
   auto partition = Make(hetps::v1::SYNC_MODE_BSP, 2, 16, 0, "sgd", {{"lr", 1}});
   std::vector<float> stale(16, 100.0f), fresh(16, 1.0f);
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(stale))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(stale)))));
   // Worker 0 crashed before the step completed; its next run pushes the same step.
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun + 1, 0, 0}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun + 1, 0, 0}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh)))));
   EXPECT_EQ(partition->version(), 0u);
-  ASSERT_TRUE(partition
-                  ->Push({1, kRun, 0, 0}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh))))
-                  .ok());
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(fresh)))));
   EXPECT_EQ(partition->version(), 1u);
   EXPECT_FLOAT_EQ(Read(*partition)[0], -2.0f);
 }
@@ -249,10 +242,8 @@ TEST_F(PartitionTest, SnapshotIsNotChangedByLaterUpdates) {
   auto partition = Make(hetps::v1::SYNC_MODE_ASP, 1, 16, 5.0f);
   WeightsSnapshot before = partition->Snapshot(FloatFormat::kFp32);
   std::vector<float> g(16, 10.0f);
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))));
   EXPECT_EQ(before.version, 0u);
   EXPECT_EQ(Floats(before)[0], 5.0f);  // copy-on-write kept the sent buffer intact
   EXPECT_EQ(Read(*partition)[0], 4.0f);
@@ -268,13 +259,10 @@ TEST_F(PartitionTest, SixteenBitGradientsAreWidenedExactly) {
     fp16[i] = Fp32ToFp16(b);
     expected[i] = Bf16ToFp32(bf16[i]) + Fp16ToFp32(fp16[i]);
   }
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun, 0, 0}, FloatFormat::kBf16,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kBf16,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16)))));
   std::vector<std::string> storage;  // fp16 arriving in unaligned fragments
-  ASSERT_TRUE(
-      partition->Push({1, kRun, 0, 0}, FloatFormat::kFp16, Fragmented(fp16, &storage)).ok());
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp16, Fragmented(fp16, &storage)));
   EXPECT_EQ(Read(*partition), expected);
 }
 
@@ -288,10 +276,8 @@ TEST_F(PartitionTest, SixteenBitPullsAreConvertedOncePerVersion) {
   first.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
   EXPECT_EQ(value, Fp32ToBf16(1.0f / 3.0f));
   std::vector<float> g(32, 1.0f);
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))));
   WeightsSnapshot later = partition->Snapshot(FloatFormat::kBf16);
   EXPECT_EQ(later.version, 1u);
   later.bytes.CopyTo(0, absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(&value), 2));
@@ -322,11 +308,9 @@ TEST_F(PartitionTest, SixteenBitStepsAcrossBlocksEqualWideningFirst) {
       std::vector<std::string> storage;
       Payload wire = rank == 0 ? Payload::Copy(AsBytes(absl::MakeConstSpan(bf16)))
                                : Fragmented(bf16, &storage);
-      ASSERT_TRUE(fused->Push({rank, kRun, step, 0}, FloatFormat::kBf16, std::move(wire)).ok());
-      ASSERT_TRUE(reference
-                      ->Push({rank, kRun, step, 0}, FloatFormat::kFp32,
-                             Payload::Copy(AsBytes(absl::MakeConstSpan(widened))))
-                      .ok());
+      ASSERT_OK(fused->Push({rank, kRun, step, 0}, FloatFormat::kBf16, std::move(wire)));
+      ASSERT_OK(reference->Push({rank, kRun, step, 0}, FloatFormat::kFp32,
+                                Payload::Copy(AsBytes(absl::MakeConstSpan(widened)))));
     }
   }
   const std::vector<float> got = Read(*fused), want = Read(*reference);
@@ -351,7 +335,7 @@ TEST_F(PartitionTest, SixteenBitCopyBeingSentIsNotOverwritten) {
     return Bf16ToFp32(value);
   };
   WeightsSnapshot sending = partition->Snapshot(FloatFormat::kBf16);
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, gradient).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 1}, FloatFormat::kFp32, gradient));
   EXPECT_FLOAT_EQ(first_value(sending), 1.0f);  // still being sent: untouched
   WeightsSnapshot next = partition->Snapshot(FloatFormat::kBf16);
   EXPECT_NE(next.bytes.segments()[0].data(), sending.bytes.segments()[0].data());
@@ -359,7 +343,7 @@ TEST_F(PartitionTest, SixteenBitCopyBeingSentIsNotOverwritten) {
   const uint8_t* sent_from = next.bytes.segments()[0].data();
   sending = WeightsSnapshot();
   next = WeightsSnapshot();  // both sent: the next step writes its copy into the same memory
-  ASSERT_TRUE(partition->Push({0, kRun, 0, 2}, FloatFormat::kFp32, gradient).ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 2}, FloatFormat::kFp32, gradient));
   WeightsSnapshot last = partition->Snapshot(FloatFormat::kBf16);
   EXPECT_EQ(last.version, 2u);
   EXPECT_EQ(last.bytes.segments()[0].data(), sent_from);
@@ -371,13 +355,13 @@ TEST_F(PartitionTest, RescheduledHyperparametersApplyFromTheirVersion) {
   std::vector<float> g(16, 1.0f);
   Payload payload = Payload::Borrow(AsBytes(absl::MakeConstSpan(g)));
   std::shared_ptr<const Optimizer> slower = *CreateOptimizer("sgd", {{"lr", 0.25}});
-  ASSERT_TRUE(partition->Reschedule(2, slower).ok());
+  ASSERT_OK(partition->Reschedule(2, slower));
   for (uint64_t step = 0; step < 4; ++step) {
-    ASSERT_TRUE(partition->Push({0, kRun, step, 0}, FloatFormat::kFp32, payload).ok());
+    ASSERT_OK(partition->Push({0, kRun, step, 0}, FloatFormat::kFp32, payload));
   }
   EXPECT_FLOAT_EQ(Read(*partition)[0], -1 - 1 - 0.25f - 0.25f);
   EXPECT_EQ(partition->Reschedule(3, slower).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(partition->Reschedule(4, slower).ok());
+  EXPECT_OK(partition->Reschedule(4, slower));
 }
 
 TEST_F(PartitionTest, LargeUpdatesSpreadOverThePoolGiveTheSameBits) {
@@ -389,8 +373,8 @@ TEST_F(PartitionTest, LargeUpdatesSpreadOverThePoolGiveTheSameBits) {
   auto spread = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}}, &pool);
   auto single = Make(hetps::v1::SYNC_MODE_ASP, 1, n, 0.5f, "adam", {{"lr", 0.01}});
   for (uint64_t sequence = 1; sequence <= 3; ++sequence) {
-    ASSERT_TRUE(spread->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload).ok());
-    ASSERT_TRUE(single->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload).ok());
+    ASSERT_OK(spread->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload));
+    ASSERT_OK(single->Push({0, kRun, 0, sequence}, FloatFormat::kFp32, payload));
   }
   const std::vector<float> a = Read(*spread), b = Read(*single);
   ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float)));
@@ -412,12 +396,10 @@ TEST_F(PartitionTest, PullWaitsForTheVersion) {
   partition->Pull(1, FloatFormat::kFp32, request, 0);
   EXPECT_FALSE(replied.HasBeenNotified());
   std::vector<float> g(16, 1.0f);
-  ASSERT_TRUE(partition
-                  ->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
-                         Payload::Borrow(AsBytes(absl::MakeConstSpan(g))))
-                  .ok());
+  ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kFp32,
+                            Payload::Borrow(AsBytes(absl::MakeConstSpan(g)))));
   ASSERT_TRUE(replied.HasBeenNotified());
-  ASSERT_TRUE(result.ok());
+  ASSERT_OK(result);
   hetps::v1::PullResponse response;
   ASSERT_TRUE(response.ParseFromString(result->header));
   EXPECT_EQ(response.items(0).version(), 1u);

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 
@@ -57,7 +58,7 @@ class ShardAuthTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(ShardAuthTest, OnlyConnectionsWithTheTokenAreServed) {
   std::unique_ptr<transport::Connection> right, wrong, none, later;
-  EXPECT_TRUE(EchoWith(kToken, &right).ok());
+  EXPECT_OK(EchoWith(kToken, &right));
   for (const std::string& token :
        {std::string("the-jobs-s3cret-tokeN"), std::string(""), std::string(kToken) + "x"}) {
     std::unique_ptr<transport::Connection> refused;
@@ -77,7 +78,7 @@ TEST_P(ShardAuthTest, OnlyConnectionsWithTheTokenAreServed) {
   }
   // A token presented by one connection admits no other.
   EXPECT_EQ(EchoWith("", &later).code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_TRUE(Call(*right, hetps::v1::METHOD_ECHO, hetps::v1::EchoRequest()).ok());
+  EXPECT_OK(Call(*right, hetps::v1::METHOD_ECHO, hetps::v1::EchoRequest()));
   for (auto* connection : {&right, &later}) {
     if (*connection != nullptr) (*connection)->Shutdown();
   }
@@ -90,7 +91,7 @@ TEST_P(ShardAuthTest, AClientReadsTheTokenFromItsFileOrTheEnvironment) {
   options.auth_token_file = file;
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_TRUE((*client)->Stats().ok());
+  EXPECT_OK((*client)->Stats());
   (*client)->Shutdown();
 
   options.auth_token_file = "";

@@ -14,6 +14,7 @@
 #include "server/shard.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/transports.h"
 
 namespace hetps::server {
@@ -45,9 +46,9 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
   Shard primary(options);
   options.shard_index = 1;
   Shard backup(options);
-  ASSERT_TRUE(primary.JoinCluster().ok());
-  ASSERT_TRUE(primary.Register("127.0.0.1:1").ok());
-  ASSERT_TRUE(backup.JoinCluster().ok());  // its watcher runs; not registered yet
+  ASSERT_OK(primary.JoinCluster());
+  ASSERT_OK(primary.Register("127.0.0.1:1"));
+  ASSERT_OK(backup.JoinCluster());  // its watcher runs; not registered yet
   auto client = EtcdClient::Connect((*etcd)->endpoint());
   ASSERT_TRUE(client.ok()) << client.status();
 
@@ -60,7 +61,7 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   // Registered, it names its lease, and stays the backup.
-  ASSERT_TRUE(backup.Register("127.0.0.1:2").ok());
+  ASSERT_OK(backup.Register("127.0.0.1:2"));
   std::vector<std::string> fields;
   testing::AwaitCondition(
       [&] {
@@ -94,8 +95,8 @@ TEST(ShardMembershipTest, AShardStopsWithinItsLeaseWhileEtcdIsSilent) {
   options.lease_ttl = absl::Seconds(1);
   options.peer_transport = transport.get();
   Shard shard(options);
-  ASSERT_TRUE(shard.JoinCluster().ok());
-  ASSERT_TRUE(shard.Register("127.0.0.1:1").ok());
+  ASSERT_OK(shard.JoinCluster());
+  ASSERT_OK(shard.Register("127.0.0.1:1"));
   ASSERT_TRUE((*etcd)->process().Stop());
   // Long enough for the watcher (every quarter lease) and the renewal (every third) to have
   // sent what etcd now leaves unanswered.

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 #include "tests/server/shard_test_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -19,9 +20,9 @@ using ShardRunsTest = ShardTest;
 
 TEST_P(ShardRunsTest, AProcessThatTookARankOverMakesTheOtherOnesRequestsFail) {
   const uint32_t p = mine_[0];
-  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(1, RunOf(1))).ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_HELLO, Hello(1, RunOf(1))));
   // A second process starts with rank 1: its Hello takes the rank over.
-  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(1, 555)).ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_HELLO, Hello(1, 555)));
   absl::Status stale = Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, 1),
                             Gradient(PartitionBytes(p)))
                            .status();
@@ -44,15 +45,14 @@ TEST_P(ShardRunsTest, AProcessThatTookARankOverMakesTheOtherOnesRequestsFail) {
   // The new process's own pushes are taken.
   hetps::v1::PushRequest current = Push({Item(p, PartitionBytes(p))}, 0, 1);
   current.set_incarnation(555);
-  EXPECT_TRUE(Call(hetps::v1::METHOD_PUSH, current, Gradient(PartitionBytes(p))).ok());
+  EXPECT_OK(Call(hetps::v1::METHOD_PUSH, current, Gradient(PartitionBytes(p))));
 }
 
 TEST_P(ShardRunsTest, ASecondRunOfTheJobIsToldTheShardHoldsAnEarlierRunsState) {
   const uint32_t p = mine_[0];
   for (uint32_t rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, rank),
-                     Gradient(PartitionBytes(p)))
-                    .ok());
+    ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push({Item(p, PartitionBytes(p))}, 0, rank),
+                   Gradient(PartitionBytes(p))));
   }
   const hetps::v1::PartitionItem item = Item(p, PartitionBytes(p));
   const std::pair<float, uint64_t> trained = Read(item);
@@ -60,7 +60,7 @@ TEST_P(ShardRunsTest, ASecondRunOfTheJobIsToldTheShardHoldsAnEarlierRunsState) {
   // The same job started again: new runs, counting steps from 0 again.
   const uint64_t refused_before = cluster_->shard(0).Stats().pushes_refused();
   for (uint32_t rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(rank, 900 + rank)).ok());
+    ASSERT_OK(Call(hetps::v1::METHOD_HELLO, Hello(rank, 900 + rank)));
     hetps::v1::PushRequest again = Push({item}, 0, rank);
     again.set_incarnation(900 + rank);
     absl::Status status = Call(hetps::v1::METHOD_PUSH, again, Gradient(PartitionBytes(p))).status();
@@ -113,13 +113,11 @@ TEST_P(ShardRunsTest, AspPushesOvertakingEachOtherAreAppliedOrRefusedNeverDroppe
   EXPECT_FLOAT_EQ(now.first, -static_cast<float>(ok));
   EXPECT_EQ(cluster_->shard(0).Stats().pushes_refused(), refused_before + aborted);
   // The retries of the applied ones are recognised; a refused one sent again as a new push counts.
-  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes),
-                   Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
-                  .ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes),
+                 Payload::Borrow(AsBytes(absl::MakeConstSpan(ones)))));
   EXPECT_EQ(Read(item).second, static_cast<uint64_t>(ok));
-  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes + 1),
-                   Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
-                  .ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push({item}, 0, 0, kPushes + 1),
+                 Payload::Borrow(AsBytes(absl::MakeConstSpan(ones)))));
   EXPECT_EQ(Read(item).second, static_cast<uint64_t>(ok) + 1);
 }
 
@@ -136,16 +134,15 @@ TEST_P(ShardRunsTest, AspSequencesFromTheWireAreChecked) {
   EXPECT_EQ(push((uint64_t{1} << 32) + 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Read(item), std::make_pair(0.0f, uint64_t{0}));
   // The forged numbers did not move the window: the worker's real pushes are applied.
-  ASSERT_TRUE(push(1).ok());
-  ASSERT_TRUE(push(2).ok());
+  ASSERT_OK(push(1));
+  ASSERT_OK(push(2));
   EXPECT_EQ(Read(item), std::make_pair(-2.0f, uint64_t{2}));
   // A new run of the worker counts from 1 again, and is not taken for a retry.
-  ASSERT_TRUE(Call(hetps::v1::METHOD_HELLO, Hello(0, 4242)).ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_HELLO, Hello(0, 4242)));
   hetps::v1::PushRequest next_run = Push({item}, 0, 0, 1);
   next_run.set_incarnation(4242);
-  ASSERT_TRUE(
-      Call(hetps::v1::METHOD_PUSH, next_run, Payload::Borrow(AsBytes(absl::MakeConstSpan(ones))))
-          .ok());
+  ASSERT_OK(
+      Call(hetps::v1::METHOD_PUSH, next_run, Payload::Borrow(AsBytes(absl::MakeConstSpan(ones)))));
   EXPECT_EQ(Read(item), std::make_pair(-3.0f, uint64_t{3}));
 }
 
@@ -199,10 +196,10 @@ TEST_P(ShardRunsTest, RequestsForAnotherRunOfTheShardsStateGetDataLoss) {
   ExpectUnchanged();
 
   pull.set_shard_incarnation(current);
-  EXPECT_TRUE(Call(hetps::v1::METHOD_PULL, pull).ok());
+  EXPECT_OK(Call(hetps::v1::METHOD_PULL, pull));
   hetps::v1::DeclareRequest declare = DeclareOf(Decl());
   declare.set_shard_incarnation(current);
-  EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, declare).ok());
+  EXPECT_OK(Call(hetps::v1::METHOD_DECLARE, declare));
 }
 
 // A tensor marked lost (a worker found this shard's partitions new while another shard's had

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 #include "tests/server/shard_test_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -195,7 +196,7 @@ TEST_P(ShardTest, RequestWithOneBadItemAppliesNone) {
     good.push_back(Item(p, PartitionBytes(p)));
     payload.Append(Gradient(PartitionBytes(p)));
   }
-  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 0), payload).ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 0), payload));
   std::vector<hetps::v1::PartitionItem> mixed = good;
   hetps::v1::PartitionItem unknown = Item(0, 4);
   unknown.set_tensor_key(777);
@@ -207,7 +208,7 @@ TEST_P(ShardTest, RequestWithOneBadItemAppliesNone) {
   ExpectUnchanged();
   EXPECT_EQ(cluster_->shard(0).Stats().max_version(), 0u);
   // The good request from worker 1 completes the step.
-  ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 1), payload).ok());
+  ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push(good, 0, 1), payload));
   EXPECT_EQ(cluster_->shard(0).Stats().min_version(), 1u);
 }
 
@@ -250,7 +251,7 @@ TEST_P(ShardTest, OptimizerChangesAreCheckedAndApplyFromTheirVersion) {
   // Turning momentum on would need state the partitions do not have.
   EXPECT_EQ(change(key_, 1, {{"momentum", 0.9}}).code(), absl::StatusCode::kInvalidArgument);
   ExpectUnchanged();
-  ASSERT_TRUE(change(key_, 1, {{"lr", 0.5}}).ok());
+  ASSERT_OK(change(key_, 1, {{"lr", 0.5}}));
 
   std::vector<hetps::v1::PartitionItem> items;
   for (uint32_t p : mine_) items.push_back(Item(p, PartitionBytes(p)));
@@ -258,7 +259,7 @@ TEST_P(ShardTest, OptimizerChangesAreCheckedAndApplyFromTheirVersion) {
     for (uint32_t rank = 0; rank < 2; ++rank) {
       Payload payload;
       for (uint32_t p : mine_) payload.Append(Gradient(PartitionBytes(p)));
-      ASSERT_TRUE(Call(hetps::v1::METHOD_PUSH, Push(items, step, rank), payload).ok());
+      ASSERT_OK(Call(hetps::v1::METHOD_PUSH, Push(items, step, rank), payload));
     }
   }
   hetps::v1::PullRequest pull;
@@ -293,7 +294,7 @@ TEST_P(ShardTest, SixteenBitItemsCarryTwoBytesPerElement) {
   wanted.set_dtype(hetps::v1::DTYPE_BF16);
   *pull.add_items() = wanted;
   absl::StatusOr<transport::Response> pulled = Call(hetps::v1::METHOD_PULL, pull);
-  ASSERT_TRUE(pulled.ok());
+  ASSERT_OK(pulled);
   EXPECT_EQ(pulled->payload.size(), elements * 2);
 }
 
@@ -307,13 +308,13 @@ TEST_P(ShardTest, EchoReturnsTheAskedBytesWithoutTouchingTensors) {
   echo.set_reply_bytes(12);
   absl::StatusOr<transport::Response> back =
       Call(hetps::v1::METHOD_ECHO, echo, Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))));
-  ASSERT_TRUE(back.ok());
+  ASSERT_OK(back);
   EXPECT_EQ(back->payload.ToString(),
             Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))).ToString());
   echo.set_reply_bytes(0);  // an acknowledgement only
   absl::StatusOr<transport::Response> ack =
       Call(hetps::v1::METHOD_ECHO, echo, Payload::Borrow(AsBytes(absl::MakeConstSpan(sent))));
-  ASSERT_TRUE(ack.ok());
+  ASSERT_OK(ack);
   EXPECT_TRUE(ack->payload.empty());
   echo.set_reply_bytes(uint64_t{1} << 40);
   EXPECT_EQ(Call(hetps::v1::METHOD_ECHO, echo).status().code(),

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
@@ -51,7 +52,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     }
     ASSERT_FALSE(mine_.empty());
     ASSERT_FALSE(theirs_.empty());
-    ASSERT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(Decl())).ok());
+    ASSERT_OK(Call(hetps::v1::METHOD_DECLARE, DeclareOf(Decl())));
   }
 
   void TearDown() override {
@@ -145,7 +146,7 @@ class ShardTest : public ::testing::TestWithParam<std::string> {
     decl.set_partition_elements(16);
     decl.mutable_init()->set_a(0);
     (*decl.mutable_optimizer()->mutable_params())["lr"] = 1;
-    EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)).ok());
+    EXPECT_OK(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)));
     hetps::v1::PartitionItem item = Item(0, 16 * sizeof(float));
     item.set_tensor_key(decl.key());
     return item;

@@ -21,6 +21,7 @@
 #include "proto/ps.pb.h"
 #include "server/request_util.h"
 #include "tests/server/shard_test_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -48,7 +49,7 @@ class ShardThreadsTest : public ShardTest {
     decl.set_key(TensorKeyFromName(name));
     decl.set_num_elements(elements);
     decl.set_partition_elements(elements);
-    EXPECT_TRUE(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)).ok());
+    EXPECT_OK(Call(hetps::v1::METHOD_DECLARE, DeclareOf(decl)));
     return decl;
   }
 

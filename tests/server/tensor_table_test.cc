@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -17,7 +18,7 @@ std::unique_ptr<Tensor> MakeTensor(const std::string& name, uint64_t elements) {
   decl.set_key(TensorKeyFromName(name));
   decl.set_num_elements(elements);
   absl::StatusOr<PartitionLayout> layout = PartitionLayout::Create(elements, 16);
-  EXPECT_TRUE(layout.ok());
+  EXPECT_OK(layout);
   return std::make_unique<Tensor>(decl, *layout);
 }
 

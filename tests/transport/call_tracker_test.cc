@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::transport::internal {
 namespace {
@@ -44,7 +45,7 @@ TEST_F(CallTrackerTest, AShorterDeadlineStartedLaterExpiresFirst) {
   EXPECT_GE(soon.when, start + absl::Milliseconds(50));
   EXPECT_FALSE(late.ended.HasBeenNotified());
   EXPECT_TRUE(tracker_.Finish(late_id, Response()));
-  EXPECT_TRUE(late.status.ok());
+  EXPECT_OK(late.status);
 }
 
 // The timer set for a call that ended must still end the calls after it, at their deadlines.

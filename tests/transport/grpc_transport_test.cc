@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "proto/frame.pb.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "transport/grpc/frame_codec.h"
 
 namespace hetps::transport {
@@ -108,7 +109,7 @@ TEST_F(GrpcFrameTest, FrameOverTheServersLimitIsRefusedAndOthersAreServed) {
   std::unique_ptr<Connection> other_client = Connect(8 << 20);
   ASSERT_NE(big_client, nullptr);
   ASSERT_NE(other_client, nullptr);
-  ASSERT_TRUE(CallAndWait(*other_client, Echo("before")).ok());
+  ASSERT_OK(CallAndWait(*other_client, Echo("before")));
 
   std::vector<uint8_t> big(2 << 20, 1);
   absl::StatusOr<Response> refused = CallAndWait(*big_client, Echo("big", Payload::Borrow(big)));
@@ -155,7 +156,7 @@ TEST_F(GrpcFrameTest, GarbageFrameEndsOnlyItsOwnStream) {
       SendRaw(listener_->address(), grpc_internal::kStreamMethod, grpc::ByteBuffer(&garbage, 1));
   EXPECT_FALSE(result.got_message);
   EXPECT_EQ(result.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_TRUE(CallAndWait(*client, Echo("fine")).ok());
+  EXPECT_OK(CallAndWait(*client, Echo("fine")));
 }
 
 TEST_F(GrpcFrameTest, UnknownGrpcMethodIsUnimplemented) {

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "transport/transport.h"
@@ -97,7 +98,7 @@ bool TlsTest::made_ = false;
 
 TEST_P(TlsTest, OnlyAClientThatTrustsTheServersCaConnects) {
   Listen(/*require_client_certificates=*/false);
-  EXPECT_TRUE(EchoAs(Client("ca.pem", false)).ok());
+  EXPECT_OK(EchoAs(Client("ca.pem", false)));
   EXPECT_FALSE(EchoAs(Client("other/ca.pem", false)).ok()) << "a CA that signed nothing here";
   EXPECT_FALSE(EchoAs(Client("", false)).ok()) << "a plaintext client";
   EXPECT_TRUE(EchoAs(Client("ca.pem", false)).ok()) << "the server still serves";
@@ -105,7 +106,7 @@ TEST_P(TlsTest, OnlyAClientThatTrustsTheServersCaConnects) {
 
 TEST_P(TlsTest, AServerThatRequiresClientCertificatesRefusesClientsWithout) {
   Listen(/*require_client_certificates=*/true);
-  EXPECT_TRUE(EchoAs(Client("ca.pem", true)).ok());
+  EXPECT_OK(EchoAs(Client("ca.pem", true)));
   EXPECT_FALSE(EchoAs(Client("ca.pem", false)).ok()) << "no client certificate";
 }
 

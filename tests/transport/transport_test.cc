@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/transports.h"
 #include "tests/transport/test_handler.h"
 #include "transport/grpc/grpc_transport.h"
@@ -101,7 +102,7 @@ TEST_P(TransportTest, UnansweredCallEndsAtItsDeadline) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(190));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // The connection still works.
-  EXPECT_TRUE(Call(MakeRequest(kEcho, "after")).ok());
+  EXPECT_OK(Call(MakeRequest(kEcho, "after")));
 }
 
 TEST_P(TransportTest, ServerSeesTheCallersDeadline) {
@@ -251,7 +252,7 @@ TEST_P(TransportTest, ShutdownEndsACallWhileItsCallerDrives) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
   auto again = transport_->Connect(listener_->address(), absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_TRUE(CallAndWait(**again, MakeRequest(kEcho, "again"), transport_.get()).ok());
+  EXPECT_OK(CallAndWait(**again, MakeRequest(kEcho, "again"), transport_.get()));
   (*again)->Shutdown();
 }
 
@@ -348,7 +349,7 @@ TEST_P(TransportTest, CallbacksNeverRunInsideCall) {
     EXPECT_FALSE(ran_inside->load());
     return done->HasBeenNotified() ? *result : absl::DeadlineExceededError("no callback");
   };
-  EXPECT_TRUE(call(*connection_, MakeRequest(kEcho, "x")).ok());
+  EXPECT_OK(call(*connection_, MakeRequest(kEcho, "x")));
   std::vector<uint8_t> big(5 << 20, 7);
   Request oversized = MakeRequest(kEcho, "");
   oversized.payload = Payload::Borrow(big);
@@ -367,7 +368,7 @@ TEST_P(TransportTest, OversizedRequestIsRefusedAndTheConnectionLives) {
   request.payload = Payload::Borrow(big);
   absl::StatusOr<Response> response = Call(std::move(request));
   EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_TRUE(Call(MakeRequest(kEcho, "still here")).ok());
+  EXPECT_OK(Call(MakeRequest(kEcho, "still here")));
 }
 
 TEST_P(TransportTest, ShutdownCancelsOutstandingCallsAndRefusesNewOnes) {
@@ -390,7 +391,7 @@ TEST_P(TransportTest, CallsToAStoppedListenerFailUnavailable) {
 }
 
 TEST_P(TransportTest, ClientReconnectsToARestartedServer) {
-  ASSERT_TRUE(Call(MakeRequest(kEcho, "before")).ok());
+  ASSERT_OK(Call(MakeRequest(kEcho, "before")));
   const std::string address = listener_->address();
   listener_->Shutdown();
   TestHandler restarted;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "proto/frame.pb.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
@@ -73,7 +74,7 @@ TEST(UcxFrameTest, AHeaderShorterThanTheFixedPartIsRefused) {
     absl::StatusOr<UcxFrame> decoded = DecodeUcxFrame(bytes.data(), length);
     EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << length;
   }
-  EXPECT_TRUE(DecodeUcxFrame(bytes.data(), kUcxFrameFixedBytes).ok());
+  EXPECT_OK(DecodeUcxFrame(bytes.data(), kUcxFrameFixedBytes));
 }
 
 // Admits only connections that greet with "member".

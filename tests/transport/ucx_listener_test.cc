@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/call.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/transports.h"
 #include "tests/transport/test_handler.h"
 #include "transport/grpc/grpc_transport.h"
@@ -59,7 +60,7 @@ TEST(UcxListenerTest, ServesGrpcClientsOnTheSamePort) {
   (*listener)->Shutdown();
 
   auto grpc_only = grpc->Listen("127.0.0.1:0", &handler);
-  ASSERT_TRUE(grpc_only.ok());
+  ASSERT_OK(grpc_only);
   const absl::Time start = absl::Now();
   auto ucx_connection = ucx->Connect((*grpc_only)->address(), absl::Now() + absl::Seconds(10));
   absl::Status outcome = ucx_connection.status();
@@ -88,7 +89,7 @@ TEST(UcxListenerTest, AClientOfAReplacedWorkerIsServedAndNotTakenForARestart) {
   auto staying =
       staying_transport->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(staying.ok()) << staying.status();
-  ASSERT_TRUE(CallAndWait(**staying, MakeRequest(kEcho, "first")).ok());
+  ASSERT_OK(CallAndWait(**staying, MakeRequest(kEcho, "first")));
   for (int i = 0; i < 6; ++i) {  // the first worker is replaced after the second
     std::shared_ptr<Transport> client = NewUcxTransport({});
     auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
@@ -121,7 +122,7 @@ struct OverTcp {
 // memory replies go at once.
 TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
   OverTcp tcp;
-  ASSERT_TRUE(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection).ok());
+  ASSERT_OK(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection));
   const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
   for (int i = 0; i < 20; ++i) {
     Request request = MakeRequest(kEcho, "inline");
@@ -139,7 +140,7 @@ TEST(UcxListenerTest, RepliesOverTcpAreNotSentFromInsideUcxCallbacks) {
 // completes, and a shutdown from a callback send nothing from inside UCX's callbacks.
 TEST(UcxTransportTest, RequestsOverTcpAreNotSentFromInsideUcxCallbacks) {
   OverTcp tcp;
-  ASSERT_TRUE(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection).ok());
+  ASSERT_OK(ListenAndConnect(*tcp.ucx, &tcp.handler, &tcp.listener, &tcp.connection));
   const uint64_t before = ucx_internal::SendsInsideProgressForTesting();
 
   // Four 1 MiB requests at once: the window holds some back until others complete.
@@ -208,7 +209,7 @@ TEST(UcxTransportTest, CallsThatExpireLeaveNoResponseSinkBehind) {
   std::shared_ptr<Transport> ucx = testing::NewTestTransport("ucx");
   std::unique_ptr<Listener> listener;
   std::unique_ptr<Connection> connection;
-  ASSERT_TRUE(ListenAndConnect(*ucx, &handler, &listener, &connection).ok());
+  ASSERT_OK(ListenAndConnect(*ucx, &handler, &listener, &connection));
   auto* ucx_connection = dynamic_cast<ucx_internal::UcxConnection*>(connection.get());
   ASSERT_NE(ucx_connection, nullptr);
   std::vector<uint8_t> memory(4096);

@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "common/partitioning.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -28,7 +29,7 @@ TEST_P(ClientControlTest, BadCallsGetSpecificErrors) {
   StartCluster(2, 1);
   std::unique_ptr<Client> client = NewClient(0);
   auto id = client->Declare(Spec("w", 100));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   EXPECT_EQ(client->Declare(Spec("w", 200)).status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(client->Declare(Spec("w", 100, 0.5)).status().code(), absl::StatusCode::kAlreadyExists);
   std::vector<float> three(3);
@@ -48,12 +49,12 @@ TEST_P(ClientControlTest, BadCallsGetSpecificErrors) {
   EXPECT_EQ(client->Pull(*id, absl::MakeSpan(three)).Wait().code(),
             absl::StatusCode::kInvalidArgument);
   auto other = client->Declare(Spec("other", 100));
-  ASSERT_TRUE(other.ok());
+  ASSERT_OK(other);
   const PushItem push[] = {{*id, g}};
   const PullItem pull[] = {{*other, absl::MakeSpan(w)}};
   EXPECT_EQ(client->PushPull(push, pull, 0).Wait().code(), absl::StatusCode::kInvalidArgument);
   // Nothing above changed the tensor.
-  ASSERT_TRUE(client->Pull(*id, absl::MakeSpan(w)).Wait().ok());
+  ASSERT_OK(client->Pull(*id, absl::MakeSpan(w)).Wait());
   EXPECT_TRUE(std::all_of(w.begin(), w.end(), [](float v) { return v == 0; }));
   EXPECT_EQ(cluster_->shard(0).Stats().max_version(), 0u);
 }
@@ -62,7 +63,7 @@ TEST_P(ClientControlTest, CallsAfterShutdownFail) {
   StartCluster(1, 1);
   std::unique_ptr<Client> client = NewClient(0);
   auto id = client->Declare(Spec("w", 10));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   client->Shutdown();
   client->Shutdown();  // idempotent
   std::vector<float> v(10);
@@ -81,7 +82,7 @@ TEST_P(ClientControlTest, ShutdownEndsOutstandingOperations) {
   StartCluster(1, 2);
   std::unique_ptr<Client> client = NewClient(0);
   auto id = client->Declare(Spec("w", 10));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   std::vector<float> w(10);
   Operation waiting = client->Pull(*id, absl::MakeSpan(w), 5);  // never reached
   client->Shutdown();
@@ -160,7 +161,7 @@ TEST_P(ClientControlTest, CallbacksNeverRunInsidePush) {
     EXPECT_EQ(outcome, waited);
     return waited;
   };
-  EXPECT_TRUE(push(*id, g).ok());
+  EXPECT_OK(push(*id, g));
   EXPECT_EQ(push(12345, g).code(), absl::StatusCode::kNotFound);           // fails at once
   EXPECT_EQ(push(*id, three).code(), absl::StatusCode::kInvalidArgument);  // fails at once
   client->Shutdown();
@@ -179,7 +180,7 @@ TEST_P(ClientControlTest, BarrierReleasesEveryoneOnlyWhenAllArrived) {
       for (int round = 0; round < 3; ++round) {
         absl::SleepFor(absl::Milliseconds(10 * r));
         arrived.fetch_add(1);
-        ASSERT_TRUE(clients[r]->Barrier().ok());
+        ASSERT_OK(clients[r]->Barrier());
         if (arrived.load() < 3 * (round + 1)) early.fetch_add(1);
       }
     });
@@ -196,20 +197,20 @@ TEST_P(ClientControlTest, RestartedWorkerJoinsTheNextBarrier) {
   std::unique_ptr<Client> first = NewClient(0);
   std::unique_ptr<Client> second = NewClient(1);
   for (int round = 0; round < 2; ++round) {
-    std::thread other([&] { EXPECT_TRUE(second->Barrier().ok()); });
-    EXPECT_TRUE(first->Barrier().ok());
+    std::thread other([&] { EXPECT_OK(second->Barrier()); });
+    EXPECT_OK(first->Barrier());
     other.join();
   }
   second->Shutdown();
   second = NewClient(1);  // worker 1 again, after a crash
   absl::Notification passed;
   std::thread restarted([&] {
-    EXPECT_TRUE(second->Barrier().ok());
+    EXPECT_OK(second->Barrier());
     passed.Notify();
   });
   EXPECT_FALSE(passed.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
       << "the restarted worker passed a barrier worker 0 has not reached";
-  EXPECT_TRUE(first->Barrier().ok());  // the third barrier for worker 0
+  EXPECT_OK(first->Barrier());  // the third barrier for worker 0
   EXPECT_TRUE(passed.WaitForNotificationWithTimeout(absl::Seconds(10)));
   restarted.join();
 }
@@ -240,7 +241,7 @@ TEST_P(ClientControlTest, APullWaitingForAMissingWorkerNamesIt) {
   ClientOptions options = cluster_->ClientOptionsFor(0);
   options.call_timeout = absl::Seconds(1);
   auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto id = (*client)->Declare(Spec("w", 64));
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> g(64, 1.0f), w(64);
@@ -281,7 +282,7 @@ TEST(ClientMemoryTest, DeclarationsBeyondTheShardsMemoryCapAreRefused) {
   auto cluster = TestCluster::Start("inproc", 1, 1, base);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = (*cluster)->NewClient(0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   // SGD keeps no state: 8 bytes per element (weights and the gradient sum), plus under a
   // kilobyte of bookkeeping per partition (1 KiB partitions here): about 11 bytes per element.
   absl::StatusOr<TensorId> too_big = (*client)->Declare(Spec("too_big", 200000, 0.5));
@@ -291,11 +292,11 @@ TEST(ClientMemoryTest, DeclarationsBeyondTheShardsMemoryCapAreRefused) {
   auto first = (*client)->Declare(Spec("first", 40000, 0.5));
   auto second = (*client)->Declare(Spec("second", 40000, 0.5));
   ASSERT_TRUE(first.ok() && second.ok()) << first.status() << " " << second.status();
-  EXPECT_TRUE((*client)->Declare(Spec("first", 40000, 0.5)).ok());  // again: nothing new
+  EXPECT_OK((*client)->Declare(Spec("first", 40000, 0.5)));  // again: nothing new
   EXPECT_EQ((*client)->Declare(Spec("third", 40000, 0.5)).status().code(),
             absl::StatusCode::kResourceExhausted);
   std::vector<float> g(40000, 1.0f), w(40000);
-  ASSERT_TRUE((*client)->PushPull(*first, g, absl::MakeSpan(w), 0).Wait().ok());
+  ASSERT_OK((*client)->PushPull(*first, g, absl::MakeSpan(w), 0).Wait());
   EXPECT_FLOAT_EQ(w[123], -0.5f);
 }
 
@@ -326,7 +327,7 @@ TEST(ClientDeclarationTest, ALargeDeclarationDoesNotStallOtherWorkers) {
     std::vector<float> g(1024, 1.0f), w(1024);
     auto push_pull = [&]() -> absl::Duration {
       const absl::Time start = absl::Now();
-      EXPECT_TRUE((*worker)->PushPull(*small, g, absl::MakeSpan(w), 0).Wait().ok());
+      EXPECT_OK((*worker)->PushPull(*small, g, absl::MakeSpan(w), 0).Wait());
       return absl::Now() - start;
     };
     std::vector<absl::Duration> idle;
@@ -365,14 +366,14 @@ TEST(ClientDeclarationTest, ALargeDeclarationDoesNotStallOtherWorkers) {
 // With every request delivered twice, shards recognise the copies: BSP results stay exact.
 TEST(ClientFaultTest, DuplicatedRequestsAreAppliedOnce) {
   auto cluster = TestCluster::Start("inproc", 2, 2);
-  ASSERT_TRUE(cluster.ok());
+  ASSERT_OK(cluster);
   (*cluster)->inproc()->SetFaults({.duplicate_requests = true});
   auto c0 = (*cluster)->NewClient(0);
   auto c1 = (*cluster)->NewClient(1);
   ASSERT_TRUE(c0.ok() && c1.ok());
   for (auto* c : {&*c0, &*c1}) {
-    ASSERT_TRUE((*c)->Declare(Spec("w", 500, 1.0, SyncMode::kBsp)).ok());
-    ASSERT_TRUE((*c)->Declare(Spec("a", 500, 1.0, SyncMode::kAsp)).ok());
+    ASSERT_OK((*c)->Declare(Spec("w", 500, 1.0, SyncMode::kBsp)));
+    ASSERT_OK((*c)->Declare(Spec("a", 500, 1.0, SyncMode::kAsp)));
   }
   const TensorId w = TensorKeyFromName("w");
   const TensorId a = TensorKeyFromName("a");
@@ -380,26 +381,26 @@ TEST(ClientFaultTest, DuplicatedRequestsAreAppliedOnce) {
   for (int step = 0; step < 3; ++step) {
     Operation p0 = (*c0)->PushPull(w, g, absl::MakeSpan(out0), step);
     Operation p1 = (*c1)->PushPull(w, g, absl::MakeSpan(out1), step);
-    ASSERT_TRUE(p0.Wait().ok());
-    ASSERT_TRUE(p1.Wait().ok());
-    ASSERT_TRUE((*c0)->Push(a, g, step).Wait().ok());
+    ASSERT_OK(p0.Wait());
+    ASSERT_OK(p1.Wait());
+    ASSERT_OK((*c0)->Push(a, g, step).Wait());
   }
   EXPECT_EQ(out0[0], -6.0f);  // 3 steps x 2 workers x lr 1, each push counted once
   EXPECT_EQ(out1[499], -6.0f);
-  ASSERT_TRUE((*c0)->Pull(a, absl::MakeSpan(out0)).Wait().ok());
+  ASSERT_OK((*c0)->Pull(a, absl::MakeSpan(out0)).Wait());
   EXPECT_EQ(out0[0], -3.0f);  // ASP: three pushes, each applied once
 }
 
 // A lost request ends its operation with DeadlineExceeded instead of waiting forever.
 TEST(ClientFaultTest, LostRequestEndsAtTheDeadline) {
   auto cluster = TestCluster::Start("inproc", 1, 1);
-  ASSERT_TRUE(cluster.ok());
+  ASSERT_OK(cluster);
   ClientOptions options = (*cluster)->ClientOptionsFor(0);
   options.call_timeout = absl::Milliseconds(300);
   auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto id = (*client)->Declare(Spec("w", 10));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   (*cluster)->inproc()->SetFaults({.drop_every_nth_request = 1});
   std::vector<float> v(10);
   EXPECT_EQ((*client)->Pull(*id, absl::MakeSpan(v)).Wait().code(),

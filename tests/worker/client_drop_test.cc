@@ -17,6 +17,7 @@
 #include "server/checkpoint.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
@@ -98,12 +99,12 @@ TEST_P(ClientDropTest, ADroppedTensorIsGoneFromEveryShardAndItsNameCanBeDeclared
     id = *redeclared;
   }
   std::vector<float> fresh(500, -1.0f);
-  ASSERT_TRUE(c1_->Pull(id, absl::MakeSpan(fresh)).Wait().ok());
+  ASSERT_OK(c1_->Pull(id, absl::MakeSpan(fresh)).Wait());
   EXPECT_TRUE(std::all_of(fresh.begin(), fresh.end(), [](float v) { return v == 0; }));
   TrainSteps(id, 1, 500);
   // The other tensor went on untouched: still at version 1.
   std::vector<float> kept_weights(300);
-  EXPECT_TRUE(c0_->Pull(kept, absl::MakeSpan(kept_weights), 1).Wait().ok());
+  EXPECT_OK(c0_->Pull(kept, absl::MakeSpan(kept_weights), 1).Wait());
 }
 
 TEST_P(ClientDropTest, APullWaitingOnADroppedTensorEndsAtOnceWithNotFound) {
@@ -117,7 +118,7 @@ TEST_P(ClientDropTest, APullWaitingOnADroppedTensorEndsAtOnceWithNotFound) {
   Operation waiting = c0_->PushPull(id, g, absl::MakeSpan(w), 0);
   ASSERT_TRUE(AwaitShardTotal(&hetps::v1::StatsResponse::requests_waiting, 1));
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(c1_->DropAll().ok());
+  ASSERT_OK(c1_->DropAll());
   const absl::Status ended = waiting.Wait();
   EXPECT_EQ(ended.code(), absl::StatusCode::kNotFound) << ended;
   EXPECT_TRUE(absl::StrContains(ended.message(), "'w' was dropped")) << ended;
@@ -153,7 +154,7 @@ TEST_P(ClientDropTest, AnAdminClientDropsWithoutTakingAWorkersRankOver) {
   TensorId finished = *c0_->Declare(Spec("finished", 100));
   TensorId running = *c0_->Declare(Spec("running", 100));
   std::vector<float> g(100, 1.0f), w(100);
-  ASSERT_TRUE(c0_->PushPull(running, g, absl::MakeSpan(w), 0).Wait().ok());
+  ASSERT_OK(c0_->PushPull(running, g, absl::MakeSpan(w), 0).Wait());
 
   // As ps-ctl connects: as "rank 0" of a job whose size it does not know.
   ClientOptions admin_options = cluster_->ClientOptionsFor(0);
@@ -183,7 +184,7 @@ TEST_P(ClientDropTest, OnlyAnOperatorsClientMayStopAShard) {
   absl::StatusOr<std::unique_ptr<Client>> admin = Client::Create(admin_options);
   ASSERT_TRUE(admin.ok()) << admin.status();
   EXPECT_EQ((*admin)->StopShard(2).code(), absl::StatusCode::kOutOfRange);
-  ASSERT_TRUE((*admin)->StopShard(1).ok());
+  ASSERT_OK((*admin)->StopShard(1));
   EXPECT_TRUE(cluster_->shard(1).stop_requested());
   EXPECT_FALSE(cluster_->shard(0).stop_requested());
 }
@@ -197,8 +198,7 @@ TEST_P(ClientDropTest, ACheckpointWaitingForADroppedTensorCompletesWithTheOthers
   TensorId kept = *c0_->Declare(Spec("kept", 100));
   TensorId gone = *c0_->Declare(Spec("gone", 100));
   std::vector<float> g(100, 1.0f), w(100);
-  for (TensorId id : {kept, gone})
-    ASSERT_TRUE(c0_->PushPull(id, g, absl::MakeSpan(w), 0).Wait().ok());
+  for (TensorId id : {kept, gone}) ASSERT_OK(c0_->PushPull(id, g, absl::MakeSpan(w), 0).Wait());
   // The checkpoint of step 2 waits for both tensors to get there; only "kept" will.
   absl::Status checkpointed = absl::UnknownError("not returned");
   absl::Notification returned;
@@ -207,10 +207,10 @@ TEST_P(ClientDropTest, ACheckpointWaitingForADroppedTensorCompletesWithTheOthers
     returned.Notify();
   });
   ASSERT_TRUE(AwaitShardTotal(&hetps::v1::StatsResponse::checkpoints_waiting, 1));
-  ASSERT_TRUE(c0_->PushPull(kept, g, absl::MakeSpan(w), 1).Wait().ok());
+  ASSERT_OK(c0_->PushPull(kept, g, absl::MakeSpan(w), 1).Wait());
   EXPECT_FALSE(returned.WaitForNotificationWithTimeout(absl::Milliseconds(100)));
   const std::string names[] = {"gone"};
-  ASSERT_TRUE(c0_->Drop(names).ok());
+  ASSERT_OK(c0_->Drop(names));
   EXPECT_TRUE(returned.WaitForNotificationWithTimeout(absl::Seconds(20)));
   checkpoint.join();
   ASSERT_TRUE(checkpointed.ok()) << checkpointed;
@@ -258,7 +258,7 @@ TEST_P(ClientDropReplicatedTest, BackupCopiesAreDroppedTooAndTheNameIsReplicated
   TrainSteps(id, 2, 1000);
   EXPECT_GT(ShardTotal(&hetps::v1::StatsResponse::backup_partitions), 0u);
 
-  ASSERT_TRUE(c1_->DropAll().ok());
+  ASSERT_OK(c1_->DropAll());
   EXPECT_EQ(ShardTotal(&hetps::v1::StatsResponse::backup_partitions), 0u);
   EXPECT_EQ(ShardTotal(&hetps::v1::StatsResponse::num_partitions), 0u);
   EXPECT_EQ(ShardTotal(&hetps::v1::StatsResponse::num_tensors), 0u);

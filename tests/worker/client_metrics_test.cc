@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -34,10 +35,9 @@ TEST_P(MetricsTest, ShardAndWorkerPagesCountWhatTheJobDid) {
 
   std::vector<float> gradient(1000, 1.0f), weights(1000);
   for (uint64_t step = 0; step < 3; ++step) {
-    ASSERT_TRUE((*client)->PushPull(*id, gradient, absl::MakeSpan(weights), step).Wait().ok());
+    ASSERT_OK((*client)->PushPull(*id, gradient, absl::MakeSpan(weights), step).Wait());
   }
-  for (int i = 0; i < 2; ++i)
-    ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(weights)).Wait().ok());
+  for (int i = 0; i < 2; ++i) ASSERT_OK((*client)->Pull(*id, absl::MakeSpan(weights)).Wait());
   // Refused by the shard (too far ahead), and by the client (no such tensor).
   EXPECT_EQ((*client)->Push(*id, gradient, 100).Wait().code(),
             absl::StatusCode::kFailedPrecondition);
@@ -150,10 +150,10 @@ TEST_P(MetricsTest, ShardsTellTheirNewestCheckpointAndItsAge) {
 
   std::vector<float> gradient(100, 1.0f), weights(100);
   for (uint64_t step = 0; step < 2; ++step) {
-    ASSERT_TRUE(client->PushPull(*id, gradient, absl::MakeSpan(weights), step).Wait().ok());
+    ASSERT_OK(client->PushPull(*id, gradient, absl::MakeSpan(weights), step).Wait());
   }
   const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  ASSERT_TRUE(client->Checkpoint(2).ok());
+  ASSERT_OK(client->Checkpoint(2));
   std::map<std::string, double> after = ScrapeSamples(cluster_->shard(0).metrics_address());
   EXPECT_EQ(after["hetps_shard_last_checkpoint_step"], 2);
   EXPECT_GE(after["hetps_shard_last_checkpoint_timestamp_seconds"], now - 1);

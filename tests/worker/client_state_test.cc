@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "optimizer/registry.h"
 #include "tests/testing/await_condition.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/worker/client_test_fixture.h"
@@ -43,8 +44,8 @@ class ClientStateTest : public testing::ClientClusterTest {
     for (uint64_t step = first; step < first + steps; ++step) {
       std::vector<float> g0 = Gradient(0, step), g1 = Gradient(1, step);
       Operation a = c0_->PushPull(id_, g0, absl::MakeSpan(w), step);
-      ASSERT_TRUE(c1_->Push(id_, g1, step).Wait().ok());
-      ASSERT_TRUE(a.Wait().ok());
+      ASSERT_OK(c1_->Push(id_, g1, step).Wait());
+      ASSERT_OK(a.Wait());
     }
   }
 };
@@ -53,7 +54,7 @@ TEST_P(ClientStateTest, TheStateReadIsWhatTheRuleComputes) {
   StartCluster(2, 2);
   c0_ = NewClient(0);
   c1_ = NewClient(1);
-  ASSERT_TRUE(c0_->Declare(AdamSpec()).ok());
+  ASSERT_OK(c0_->Declare(AdamSpec()));
   id_ = *c1_->Declare(AdamSpec());
   absl::StatusOr<TensorState> initial = c0_->ReadState(id_);
   ASSERT_TRUE(initial.ok()) << initial.status();
@@ -67,7 +68,7 @@ TEST_P(ClientStateTest, TheStateReadIsWhatTheRuleComputes) {
 
   // The same rule, run here on the whole tensor.
   auto adam = CreateOptimizer("adam", AdamSpec().optimizer.params);
-  ASSERT_TRUE(adam.ok());
+  ASSERT_OK(adam);
   TensorState expected = *initial;
   for (uint64_t step = 0; step < 3; ++step) {
     std::vector<float> g0 = Gradient(0, step), g1 = Gradient(1, step);
@@ -98,9 +99,9 @@ TEST_P(ClientStateTest, AWrittenStateContinuesLikeTheOriginal) {
   TensorSpec fresh = AdamSpec();
   fresh.init = Initializer::Constant(5);
   StartTwoWorkersWith(fresh);
-  ASSERT_TRUE(c1_->WriteState(id_, *saved).ok());
+  ASSERT_OK(c1_->WriteState(id_, *saved));
   absl::StatusOr<TensorState> written = c0_->ReadState(id_);
-  ASSERT_TRUE(written.ok());
+  ASSERT_OK(written);
   EXPECT_EQ(written->version, 4u);
   EXPECT_EQ(written->weights, saved->weights);
   EXPECT_EQ(written->slots, saved->slots);
@@ -123,7 +124,7 @@ TEST_P(ClientStateTest, BadWritesAreRefusedAndChangeNothing) {
   StartTwoWorkersWith(AdamSpec());
   Train(0, 1);
   absl::StatusOr<TensorState> state = c0_->ReadState(id_);
-  ASSERT_TRUE(state.ok());
+  ASSERT_OK(state);
   const uint64_t digest = cluster_->shard(0).StateDigest();
 
   TensorState two_slots = *state;
@@ -146,10 +147,10 @@ TEST_P(ClientStateTest, BadWritesAreRefusedAndChangeNothing) {
   absl::Status during_step = c1_->WriteState(id_, *state);
   EXPECT_EQ(during_step.code(), absl::StatusCode::kFailedPrecondition) << during_step;
   EXPECT_NE(during_step.message().find("between steps"), std::string::npos) << during_step;
-  ASSERT_TRUE(c1_->Push(id_, Gradient(1, 1), 1).Wait().ok());
-  ASSERT_TRUE(pending.Wait().ok());
+  ASSERT_OK(c1_->Push(id_, Gradient(1, 1), 1).Wait());
+  ASSERT_OK(pending.Wait());
   absl::StatusOr<TensorState> after = c0_->ReadState(id_);
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_EQ(after->version, 2u);  // step 1 applied normally
 }
 

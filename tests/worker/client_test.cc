@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/burst_recorder.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "tests/testing/wrapping_transport.h"
@@ -67,7 +68,7 @@ TEST_P(ClientTest, BspPushPullEqualsSingleProcessSgd) {
         const PushItem push[] = {{ids[r][0], g_big}, {ids[r][1], g_tiny}};
         const PullItem pull[] = {{ids[r][0], absl::MakeSpan(weights[r][0])},
                                  {ids[r][1], absl::MakeSpan(weights[r][1])}};
-        ASSERT_TRUE(clients[r]->PushPull(push, pull, step).Wait().ok());
+        ASSERT_OK(clients[r]->PushPull(push, pull, step).Wait());
       }
     });
   }
@@ -97,10 +98,10 @@ TEST_P(ClientTest, ManySmallTensorsArePackedIntoOneMessagePerShard) {
   std::vector<PushItem> items;
   for (int t = 0; t < 100; ++t) items.push_back({ids[t], grads[t]});
   const uint64_t before = TotalDataRequests();
-  ASSERT_TRUE(client->Push(items, 0).Wait().ok());
+  ASSERT_OK(client->Push(items, 0).Wait());
   EXPECT_EQ(TotalDataRequests() - before, 2u);  // 100 tensors, 2 shards, 2 messages
   std::vector<float> back(3);
-  ASSERT_TRUE(client->Pull(ids[42], absl::MakeSpan(back), 1).Wait().ok());
+  ASSERT_OK(client->Pull(ids[42], absl::MakeSpan(back), 1).Wait());
   EXPECT_FLOAT_EQ(back[0], -0.1f);
 }
 
@@ -132,7 +133,7 @@ TEST_P(ClientTest, PartitionRunsMovedOneByOneEqualTheWholeTensor) {
   const uint64_t size = (*partitions)[1].size + (*partitions)[2].size;
   std::vector<float> middle(size);
   const PullItem pull{*id, absl::MakeSpan(middle), {1, 2}};
-  ASSERT_TRUE(client->Pull({&pull, 1}, 1).Wait().ok());
+  ASSERT_OK(client->Pull({&pull, 1}, 1).Wait());
   for (size_t i = 0; i < size; ++i) ASSERT_EQ(middle[i], weights[begin + i]) << i;
 
   const PullItem past_the_end{*id, absl::MakeSpan(middle), {4, 1}};
@@ -148,7 +149,7 @@ TEST_P(ClientTest, CallbacksRunOnceAndOperationsReportDone) {
   StartCluster(1, 1);
   std::unique_ptr<Client> client = NewClient(0);
   auto id = client->Declare(Spec("w", 10));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   std::vector<float> g(10, 1.0f), w(10);
   std::atomic<int> calls{0};
   absl::Notification called;
@@ -157,7 +158,7 @@ TEST_P(ClientTest, CallbacksRunOnceAndOperationsReportDone) {
     ++calls;
     called.Notify();
   });
-  ASSERT_TRUE(op.Wait().ok());
+  ASSERT_OK(op.Wait());
   EXPECT_TRUE(op.done());
   EXPECT_TRUE(called.HasBeenNotified());  // the callback has run when Wait returns
   EXPECT_EQ(calls.load(), 1);
@@ -187,7 +188,7 @@ TEST_P(ClientTest, WaitCompletesTheOperationOnTheWaitingThreadWhereTheTransportC
       });
       EXPECT_TRUE(pushed.WaitForNotificationWithTimeout(absl::Seconds(20)));
     });
-    ASSERT_TRUE(op.Wait().ok());
+    ASSERT_OK(op.Wait());
     late.join();
     EXPECT_FLOAT_EQ(w0[0], -0.2f * static_cast<float>(step + 1));
     completed_here = callback_thread == std::this_thread::get_id();
@@ -204,10 +205,10 @@ TEST_P(ClientTest, PullWaitsForTheVersionItAsksFor) {
   Operation pull = c0_->Pull(id_, absl::MakeSpan(w), 1);
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_FALSE(pull.done());
-  ASSERT_TRUE(c0_->Push(id_, g, 0).Wait().ok());
+  ASSERT_OK(c0_->Push(id_, g, 0).Wait());
   EXPECT_FALSE(pull.done());
-  ASSERT_TRUE(c1_->Push(id_, g, 0).Wait().ok());
-  ASSERT_TRUE(pull.Wait().ok());
+  ASSERT_OK(c1_->Push(id_, g, 0).Wait());
+  ASSERT_OK(pull.Wait());
   EXPECT_FLOAT_EQ(w[0], -0.2f);
 }
 
@@ -218,16 +219,16 @@ TEST_P(ClientTest, InitialValuesAndInitializers) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.25f;
   auto id = c0->Declare(Spec("init", values.size()), values);
   ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(c1->Declare(Spec("init", values.size()), values).ok());
+  ASSERT_OK(c1->Declare(Spec("init", values.size()), values));
   std::vector<float> back(values.size());
-  ASSERT_TRUE(c1->Pull(*id, absl::MakeSpan(back)).Wait().ok());
+  ASSERT_OK(c1->Pull(*id, absl::MakeSpan(back)).Wait());
   EXPECT_EQ(back, values);
 
   TensorSpec uniform = Spec("uniform", 5000);
   uniform.init = Initializer::Uniform(-2, 3, 99);
   auto uid = c0->Declare(uniform);
   ASSERT_TRUE(uid.ok()) << uid.status();
-  ASSERT_TRUE(c0->Pull(*uid, absl::MakeSpan(back.data(), 5000)).Wait().ok());
+  ASSERT_OK(c0->Pull(*uid, absl::MakeSpan(back.data(), 5000)).Wait());
   float low = 10, high = -10;
   for (size_t i = 0; i < 5000; ++i) {
     low = std::min(low, back[i]);
@@ -239,15 +240,15 @@ TEST_P(ClientTest, InitialValuesAndInitializers) {
   EXPECT_GT(high, 2.9f);
   // The same rule on a differently partitioned cluster gives the same values.
   auto other = TestCluster::Start(GetParam(), 3, 1);
-  ASSERT_TRUE(other.ok());
+  ASSERT_OK(other);
   ClientOptions options = (*other)->ClientOptionsFor(0);
   options.partition_bytes = 4096;
   auto client = Client::Create(options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto uid2 = (*client)->Declare(uniform);
-  ASSERT_TRUE(uid2.ok());
+  ASSERT_OK(uid2);
   std::vector<float> again(5000);
-  ASSERT_TRUE((*client)->Pull(*uid2, absl::MakeSpan(again)).Wait().ok());
+  ASSERT_OK((*client)->Pull(*uid2, absl::MakeSpan(again)).Wait());
   EXPECT_TRUE(std::equal(again.begin(), again.end(), back.begin()));
 }
 
@@ -271,10 +272,9 @@ TEST_P(ClientTest, SixteenBitWireTypesAreConvertedOnBothSides) {
   // 16-bit values in and out without any conversion by the client.
   std::vector<uint16_t> g16(600), w16(600);
   for (size_t i = 0; i < g16.size(); ++i) g16[i] = Fp32ToBf16(static_cast<float>(i));
-  ASSERT_TRUE(
+  ASSERT_OK(
       client->PushPull(*id, ConstTensorView::Bf16(g16), TensorView::Fp16(absl::MakeSpan(w16)), 1)
-          .Wait()
-          .ok());
+          .Wait());
   for (size_t i = 0; i < w16.size(); ++i) {
     ASSERT_EQ(w16[i], Fp32ToFp16(Bf16ToFp32(g16[i]))) << i;
   }
@@ -435,8 +435,8 @@ TEST_P(ClientTest, SumOnlyTensorsReturnExactlyTheSumOfEachStep) {
     }
     Operation a = clients[0]->PushPull(id, g0, absl::MakeSpan(out0), step);
     Operation b = clients[1]->PushPull(id, g1, absl::MakeSpan(out1), step);
-    ASSERT_TRUE(a.Wait().ok());
-    ASSERT_TRUE(b.Wait().ok());
+    ASSERT_OK(a.Wait());
+    ASSERT_OK(b.Wait());
     for (size_t i = 0; i < 1000; ++i) {
       ASSERT_EQ(out0[i], g0[i] + g1[i]) << i;  // this step's sum, nothing carried over
       ASSERT_EQ(out1[i], g0[i] + g1[i]) << i;
@@ -448,12 +448,12 @@ TEST_P(ClientTest, LearningRateScheduleSwitchesOnEveryShardAtTheSameStep) {
   StartCluster(2, 1);
   std::unique_ptr<Client> client = NewClient(0);
   auto id = client->Declare(Spec("w", 1000, 1.0));  // 4 partitions over 2 shards
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   std::vector<float> g(1000, 1.0f), w(1000);
-  ASSERT_TRUE(client->SetHyperparameters(*id, 2, {{"lr", 0.5}}).ok());
-  ASSERT_TRUE(client->SetHyperparameters(*id, 3, {{"lr", 0.25}}).ok());
+  ASSERT_OK(client->SetHyperparameters(*id, 2, {{"lr", 0.5}}));
+  ASSERT_OK(client->SetHyperparameters(*id, 3, {{"lr", 0.25}}));
   for (uint64_t step = 0; step < 4; ++step) {
-    ASSERT_TRUE(client->PushPull(*id, g, absl::MakeSpan(w), step).Wait().ok());
+    ASSERT_OK(client->PushPull(*id, g, absl::MakeSpan(w), step).Wait());
   }
   for (float v : w) ASSERT_EQ(v, -1.0f - 1.0f - 0.5f - 0.25f);
   EXPECT_EQ(client->SetHyperparameters(*id, 1, {{"lr", 0.1}}).code(),
@@ -468,8 +468,8 @@ TEST_P(ClientTest, StatsCountParameterAndOptimizerStateBytes) {
   std::unique_ptr<Client> client = NewClient(0);
   TensorSpec adam = Spec("adam", 1000);
   adam.optimizer = {"adam", {{"amsgrad", 1}}};
-  ASSERT_TRUE(client->Declare(adam).ok());
-  ASSERT_TRUE(client->Declare(Spec("sgd", 500)).ok());
+  ASSERT_OK(client->Declare(adam));
+  ASSERT_OK(client->Declare(Spec("sgd", 500)));
   auto stats = client->Stats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   uint64_t parameters = 0, state = 0;
@@ -493,7 +493,7 @@ TEST(ClientBurstTest, EveryCallNamesWhatItsOperationMovesToItsShard) {
   auto id = (*client)->Declare(testing::Spec("burst", 10000));  // 1024-byte partitions
   ASSERT_TRUE(id.ok()) << id.status();
   std::vector<float> gradient(10000, 1.0f);
-  ASSERT_TRUE((*client)->Push(*id, gradient, 0).Wait().ok());
+  ASSERT_OK((*client)->Push(*id, gradient, 0).Wait());
   testing::ExpectEachCallNamesItsConnectionsShare(recorder->TakeSeen(), /*connections=*/2,
                                                   gradient.size() * sizeof(float));
 }

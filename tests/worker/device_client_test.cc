@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/http_get.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "worker/device/copy_engine.h"
@@ -99,8 +100,8 @@ TEST_P(DeviceClientTest, StagedPushPullEqualsTheHostClientBitForBit) {
       pushes.push_back({direct[t], gradients[t], {}});
       pulls.push_back({direct[t], absl::MakeSpan(direct_weights[t]), {}});
     }
-    ASSERT_TRUE(device->PushPull(items, step, nullptr).Wait().ok());
-    ASSERT_TRUE((*client)->PushPull(pushes, pulls, step).Wait().ok());
+    ASSERT_OK(device->PushPull(items, step, nullptr).Wait());
+    ASSERT_OK((*client)->PushPull(pushes, pulls, step).Wait());
     for (size_t t = 0; t < sizes.size(); ++t) {
       for (size_t i = 0; i < sizes[t]; ++i) {
         ASSERT_EQ(staged_weights[t][i], direct_weights[t][i])
@@ -113,9 +114,9 @@ TEST_P(DeviceClientTest, StagedPushPullEqualsTheHostClientBitForBit) {
   for (size_t t = 0; t < sizes.size(); ++t) {
     items.push_back({staged[t], gradients[t].data(), staged_weights[t].data(), sizes[t], 0});
   }
-  ASSERT_TRUE(device->Push(items, 3, nullptr).Wait().ok());
+  ASSERT_OK(device->Push(items, 3, nullptr).Wait());
   std::vector<float> before = staged_weights[6];
-  ASSERT_TRUE(device->Pull(items, 4, nullptr).Wait().ok());
+  ASSERT_OK(device->Pull(items, 4, nullptr).Wait());
   EXPECT_NE(staged_weights[6], before);  // version 4 is after the push of step 3
 }
 
@@ -228,9 +229,9 @@ TEST(DeviceClientPriorityTest, HigherPriorityPartitionsAreSentFirstAcrossCalls) 
     pushes.push_back({ids[t], grads[t], {}});
     pulls.push_back({ids[t], absl::MakeSpan(other_weights[t]), {}});
   }
-  ASSERT_TRUE((*worker1)->PushPull(pushes, pulls, 0).Wait().ok());
-  ASSERT_TRUE(op1.Wait().ok());
-  ASSERT_TRUE(op2.Wait().ok());
+  ASSERT_OK((*worker1)->PushPull(pushes, pulls, 0).Wait());
+  ASSERT_OK(op1.Wait());
+  ASSERT_OK(op2.Wait());
   EXPECT_EQ(recording.sent(), (std::vector<TensorId>{ids[0], ids[3], ids[2], ids[1]}));
   for (int t = 0; t < 4; ++t) EXPECT_EQ(weights[t], other_weights[t]) << t;
 }
@@ -261,7 +262,7 @@ TEST(DeviceClientCloseTest, ClosingEndsQueuedChunksAndWaitsForThoseInFlight) {
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(op.done());  // "a" is still on the wire
   std::vector<float> other(n);
-  ASSERT_TRUE((*worker1)->PushPull(ids[0], grads[0], absl::MakeSpan(other), 0).Wait().ok());
+  ASSERT_OK((*worker1)->PushPull(ids[0], grads[0], absl::MakeSpan(other), 0).Wait());
   closing.join();
   EXPECT_EQ(op.Wait().code(), absl::StatusCode::kCancelled) << op.Wait();
   EXPECT_EQ(weights[0], other);  // the chunk in flight landed
@@ -270,7 +271,7 @@ TEST(DeviceClientCloseTest, ClosingEndsQueuedChunksAndWaitsForThoseInFlight) {
     for (auto* client : {worker0->get(), worker1->get()}) {
       client->Push(ids[t], grads[t], 0);
     }
-    ASSERT_TRUE((*worker0)->Pull(ids[t], absl::MakeSpan(weights[t]), 1).Wait().ok());
+    ASSERT_OK((*worker0)->Pull(ids[t], absl::MakeSpan(weights[t]), 1).Wait());
   }
 }
 
@@ -296,20 +297,18 @@ TEST(StagingPipelineTest, APushIsStagedLongBeforeItIsAnswered) {
   absl::Time staged_at, finished_at;
   absl::Status result;
   auto after = engine->Mark(nullptr);
-  ASSERT_TRUE(after.ok());
-  ASSERT_TRUE((*pipeline)
-                  ->Start(
-                      internal::StagedMethod::kPush, items, 0, *after,
-                      [&](const absl::Status& status) {
-                        result = status;
-                        finished_at = absl::Now();
-                        finished.Notify();
-                      },
-                      [&] {
-                        staged_at = absl::Now();
-                        staged.Notify();
-                      })
-                  .ok());
+  ASSERT_OK(after);
+  ASSERT_OK((*pipeline)->Start(
+      internal::StagedMethod::kPush, items, 0, *after,
+      [&](const absl::Status& status) {
+        result = status;
+        finished_at = absl::Now();
+        finished.Notify();
+      },
+      [&] {
+        staged_at = absl::Now();
+        staged.Notify();
+      }));
   ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(20)));
   ASSERT_TRUE(staged.HasBeenNotified());
   EXPECT_EQ(result.code(), absl::StatusCode::kDeadlineExceeded) << result;
@@ -336,9 +335,9 @@ TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {
   Operation op = device->PushPull(items, 0, nullptr);
   std::thread late([&] {
     absl::SleepFor(absl::Milliseconds(200));  // the step's other worker is slow
-    EXPECT_TRUE((*worker1)->PushPull(*id, g, absl::MakeSpan(other), 0).Wait().ok());
+    EXPECT_OK((*worker1)->PushPull(*id, g, absl::MakeSpan(other), 0).Wait());
   });
-  ASSERT_TRUE(op.Wait().ok());
+  ASSERT_OK(op.Wait());
   late.join();
   const absl::Duration waited = device->TakeStreamWaitTime();
   EXPECT_GE(waited, absl::Milliseconds(150));
@@ -348,7 +347,7 @@ TEST(DeviceClientWaitTest, TimeSpentWaitingForTheShardsIsReported) {
   EXPECT_GE(page["hetps_client_ps_wait_seconds_total"], 0.15);
   EXPECT_LT(page["hetps_client_ps_wait_seconds_total"], 10);
   EXPECT_EQ(device->TakeStreamWaitTime(), absl::ZeroDuration());  // taken
-  ASSERT_TRUE(op.Wait().ok());                                    // already done: no wait counted
+  ASSERT_OK(op.Wait());                                           // already done: no wait counted
   EXPECT_EQ(device->TakeStreamWaitTime(), absl::ZeroDuration());
 }
 
@@ -356,7 +355,7 @@ TEST(DeviceClientErrorTest, BadCallsGetSpecificErrorsAndTheClientCarriesOn) {
   auto cluster = TestCluster::Start("inproc", 1, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = (*cluster)->NewClient(0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   EXPECT_EQ(DeviceClient::Create(client->get(), HostOptions(1)).status().code(),
             absl::StatusCode::kInvalidArgument);  // one slot cannot overlap anything
   EXPECT_EQ(DeviceClient::Create(nullptr, HostOptions(4)).status().code(),
@@ -364,7 +363,7 @@ TEST(DeviceClientErrorTest, BadCallsGetSpecificErrorsAndTheClientCarriesOn) {
   std::unique_ptr<DeviceClient> device = NewDeviceClient(client->get(), HostOptions(4));
   ASSERT_NE(device, nullptr);
   auto id = (*client)->Declare(Spec("w", 300));
-  ASSERT_TRUE(id.ok());
+  ASSERT_OK(id);
   std::vector<float> g(300, 1.0f), w(300);
   const DeviceItem unknown[] = {{*id + 1, g.data(), w.data(), 300, 0}};
   EXPECT_EQ(device->PushPull(unknown, 0, nullptr).Wait().code(), absl::StatusCode::kNotFound);
@@ -375,9 +374,9 @@ TEST(DeviceClientErrorTest, BadCallsGetSpecificErrorsAndTheClientCarriesOn) {
   EXPECT_EQ(device->Pull(no_weights, 0, nullptr).Wait().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(device->PushPull({}, 0, nullptr).Wait().code(), absl::StatusCode::kInvalidArgument);
   const DeviceItem good[] = {{*id, g.data(), w.data(), 300, 0}};
-  ASSERT_TRUE(device->PushPull(good, 0, nullptr).Wait().ok());
+  ASSERT_OK(device->PushPull(good, 0, nullptr).Wait());
   std::vector<float> check(300);
-  ASSERT_TRUE((*client)->Pull(*id, absl::MakeSpan(check), 1).Wait().ok());
+  ASSERT_OK((*client)->Pull(*id, absl::MakeSpan(check), 1).Wait());
   EXPECT_EQ(w, check);
 }
 
@@ -385,7 +384,7 @@ TEST(DeviceClientErrorTest, CudaMemoryWithoutADeviceIsAClearError) {
   auto cluster = TestCluster::Start("inproc", 1, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = (*cluster)->NewClient(0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   DeviceClientOptions options = HostOptions(4);
   options.memory = MemoryKind::kCuda;
   auto device = DeviceClient::Create(client->get(), options);
@@ -421,7 +420,7 @@ TEST(LocalGroupTest, JoiningWithoutAGpuIsAClearError) {
   auto cluster = TestCluster::Start("inproc", 1, 1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = (*cluster)->NewClient(0);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   // A local group needs NCCL and a GPU; without them joining one is a clear error. A real id
   // where the build has NCCL, so that on a GPU machine the group forms (and the test skips).
   auto id = LocalGroup::NewId();
