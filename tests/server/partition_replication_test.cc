@@ -11,6 +11,7 @@
 #include "optimizer/registry.h"
 #include "server/initializer.h"
 #include "server/partition.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -28,7 +29,7 @@ class PartitionReplicationTest : public ::testing::Test {
   void MakePair(hetps::v1::SyncMode mode, uint32_t workers,
                 const hetps::v1::Initializer* deferred = nullptr) {
     auto optimizer = CreateOptimizer("adam", {{"lr", 0.01}});
-    ASSERT_TRUE(optimizer.ok());
+    ASSERT_OK(optimizer);
     std::shared_ptr<const Optimizer> rule = *std::move(optimizer);
     Partition::Config config;
     config.tensor_key = 42;
@@ -46,14 +47,14 @@ class PartitionReplicationTest : public ::testing::Test {
     backup.deferred_init = deferred;
     for (auto [target, with] : {std::pair{&primary_, &primary}, std::pair{&backup_, &backup}}) {
       absl::StatusOr<AlignedBuffer> weights = AlignedBuffer::AllocateZeroed(kElements);
-      ASSERT_TRUE(weights.ok());
+      ASSERT_OK(weights);
       if (deferred == nullptr) {
         for (size_t i = 0; i < kElements; ++i) weights->data()[i] = 0.01f * i;
       } else if (target == &primary_) {
         FillInitialWeights(*deferred, config.range, weights->data());
       }
       auto partition = Partition::Create(*with, *std::move(weights));
-      ASSERT_TRUE(partition.ok());
+      ASSERT_OK(partition);
       *target = *std::move(partition);
     }
   }
@@ -114,7 +115,7 @@ TEST_F(PartitionReplicationTest, BspBackupEqualsThePrimaryAndABatchSentTwiceCoun
     for (uint32_t rank = 0; rank < 3; ++rank) {
       // Worker 2 restarts before step 2: the backup learns its new run.
       const uint64_t run = rank == 2 && step >= 2 ? kRun + 1 : kRun;
-      ASSERT_TRUE(Push({rank, run, step, 0}, Gradient(rank, step)).ok());
+      ASSERT_OK(Push({rank, run, step, 0}, Gradient(rank, step)));
     }
     ASSERT_EQ(batches_.size(), 1u);
     EXPECT_EQ(batches_[0][0].meta.kind(), hetps::v1::CHANGE_KIND_STEP);
@@ -126,10 +127,10 @@ TEST_F(PartitionReplicationTest, BspBackupEqualsThePrimaryAndABatchSentTwiceCoun
 
 TEST_F(PartitionReplicationTest, AspBackupEqualsThePrimaryWithBatchedPushes) {
   MakePair(hetps::v1::SYNC_MODE_ASP, 2);
-  ASSERT_TRUE(Push({0, kRun, 0, 1}, Gradient(0, 0)).ok());
+  ASSERT_OK(Push({0, kRun, 0, 1}, Gradient(0, 0)));
   // While the first batch is out, the next pushes queue and go in one batch.
-  ASSERT_TRUE(Push({1, kRun, 0, 1}, Gradient(1, 0)).ok());
-  ASSERT_TRUE(Push({0, kRun, 0, 2}, Gradient(0, 1)).ok());
+  ASSERT_OK(Push({1, kRun, 0, 1}, Gradient(1, 0)));
+  ASSERT_OK(Push({0, kRun, 0, 2}, Gradient(0, 1)));
   ASSERT_EQ(batches_.size(), 1u);
   Deliver();
   ASSERT_EQ(batches_.size(), 1u);
@@ -141,9 +142,9 @@ TEST_F(PartitionReplicationTest, AspBackupEqualsThePrimaryWithBatchedPushes) {
 
 TEST_F(PartitionReplicationTest, AStepThatDoesNotFollowIsRefusedAndChangesNothing) {
   MakePair(hetps::v1::SYNC_MODE_BSP, 1);
-  ASSERT_TRUE(Push({0, kRun, 0, 0}, Gradient(0, 0)).ok());
-  ASSERT_TRUE(Push({0, kRun, 1, 0}, Gradient(0, 1)).ok());  // pushed ahead: queued
-  primary_->Replicated();                                   // the first batch, not delivered
+  ASSERT_OK(Push({0, kRun, 0, 0}, Gradient(0, 0)));
+  ASSERT_OK(Push({0, kRun, 1, 0}, Gradient(0, 1)));  // pushed ahead: queued
+  primary_->Replicated();                            // the first batch, not delivered
   ASSERT_EQ(batches_.size(), 2u);
   const uint64_t before = backup_->Digest();
   const ReplicatedChange& second = batches_[1][0];
@@ -158,7 +159,7 @@ TEST_F(PartitionReplicationTest, PullsAndPushAcknowledgementsWaitForTheBackup) {
   primary_->Pull(1, FloatFormat::kFp32, Request(true, &pulled), 0);
   absl::StatusOr<uint64_t> pushed =
       primary_->Push({0, kRun, 0, 0}, FloatFormat::kFp32, Kept(Gradient(0, 0)));
-  ASSERT_TRUE(pushed.ok());
+  ASSERT_OK(pushed);
   primary_->AckWhenReplicated(*pushed, Request(false, &acknowledged), 0);
   EXPECT_EQ(primary_->version(), 1u);      // applied here...
   EXPECT_FALSE(pulled.HasBeenNotified());  // ...but not served or acknowledged yet
@@ -172,10 +173,10 @@ TEST_F(PartitionReplicationTest, PullsAndPushAcknowledgementsWaitForTheBackup) {
 
 TEST_F(PartitionReplicationTest, AStateWrittenReachesTheBackup) {
   MakePair(hetps::v1::SYNC_MODE_BSP, 1);
-  ASSERT_TRUE(Push({0, kRun, 0, 0}, Gradient(0, 0)).ok());
+  ASSERT_OK(Push({0, kRun, 0, 0}, Gradient(0, 0)));
   Deliver();
   // Weights and Adam's two moments.
-  ASSERT_TRUE(primary_->WriteState(9, Kept(std::vector<float>(kElements * 3, 0.5f))).ok());
+  ASSERT_OK(primary_->WriteState(9, Kept(std::vector<float>(kElements * 3, 0.5f))));
   ASSERT_EQ(batches_.size(), 1u);
   EXPECT_EQ(batches_[0][0].meta.kind(), hetps::v1::CHANGE_KIND_WRITE_STATE);
   Deliver();
@@ -196,8 +197,11 @@ TEST_F(PartitionReplicationTest, ACopyWhoseValuesAreNotDrawnYetReadsAsItsInitial
   EXPECT_EQ(Floats(backup_->ReadState(&backup_version)), primary);
   EXPECT_EQ(backup_version, primary_version);
   EXPECT_EQ(backup_->Digest(), primary_->Digest());
+  // Reporting them drew nothing: the copy still holds zeros, for a snapshot to overwrite.
+  EXPECT_EQ(Floats(backup_->Snapshot(FloatFormat::kFp32).bytes),
+            std::vector<float>(kElements, 0.0f));
   // A first change draws them for good: the two stay equal.
-  ASSERT_TRUE(Push({0, kRun, 0, 0}, Gradient(0, 0)).ok());
+  ASSERT_OK(Push({0, kRun, 0, 0}, Gradient(0, 0)));
   Deliver();
   EXPECT_EQ(backup_->Digest(), primary_->Digest());
 }
