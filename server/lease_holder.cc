@@ -53,7 +53,10 @@ void LeaseHolder::Run() {
     }
     mu_.Unlock();
     const Clock::time_point sent = Clock::now();
-    absl::StatusOr<absl::Duration> renewed = etcd_->RenewLease(id(), absl::InfiniteFuture());
+    // For a time to live at most: a later answer extends nothing (the lease would run from
+    // `sent`), and a renewal held for the client's call timeout (5 s) would keep a holder cut
+    // off from etcd from noticing and taking a new lease.
+    absl::StatusOr<absl::Duration> renewed = etcd_->RenewLease(id(), hetps::Now() + ttl_);
     mu_.Lock();
     absl::Duration pause = period;
     if (renewed.ok()) {

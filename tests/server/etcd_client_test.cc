@@ -5,7 +5,10 @@
 
 #include <signal.h>
 
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "server/lease_holder.h"
 #include "tests/testing/await_condition.h"
 #include "tests/testing/etcd_process.h"
+#include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
 namespace {
@@ -34,9 +38,9 @@ class EtcdClientTest : public testing::EtcdTest {
 };
 
 TEST_F(EtcdClientTest, KeysArePutReadByPrefixAndDeleted) {
-  ASSERT_TRUE(client_->Put("/job/a/1", "one").ok());
-  ASSERT_TRUE(client_->Put("/job/a/2", "two").ok());
-  ASSERT_TRUE(client_->Put("/job/b", "other").ok());
+  ASSERT_OK(client_->Put("/job/a/1", "one"));
+  ASSERT_OK(client_->Put("/job/a/2", "two"));
+  ASSERT_OK(client_->Put("/job/b", "other"));
   absl::StatusOr<std::optional<EtcdClient::Value>> one = client_->Get("/job/a/1");
   ASSERT_TRUE(one.ok() && one->has_value()) << one.status();
   EXPECT_EQ((*one)->value, "one");
@@ -45,9 +49,9 @@ TEST_F(EtcdClientTest, KeysArePutReadByPrefixAndDeleted) {
   ASSERT_TRUE(prefix.ok()) << prefix.status();
   ASSERT_EQ(prefix->size(), 2u);
   EXPECT_EQ(prefix->at("/job/a/2").value, "two");
-  ASSERT_TRUE(client_->Delete("/job/a/1").ok());
+  ASSERT_OK(client_->Delete("/job/a/1"));
   absl::StatusOr<std::optional<EtcdClient::Value>> gone = client_->Get("/job/a/1");
-  ASSERT_TRUE(gone.ok());
+  ASSERT_OK(gone);
   EXPECT_FALSE(gone->has_value());
 }
 
@@ -76,7 +80,7 @@ TEST_F(EtcdClientTest, AKeyPutWithALeaseGoesWhenTheLeaseEnds) {
       client_->GrantLease(absl::Seconds(1), absl::InfiniteFuture());
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_EQ(lease->ttl, absl::Seconds(1));
-  ASSERT_TRUE(client_->Put("/job/alive", "yes", lease->id).ok());
+  ASSERT_OK(client_->Put("/job/alive", "yes", lease->id));
   absl::StatusOr<absl::Duration> renewed = client_->RenewLease(lease->id, absl::InfiniteFuture());
   ASSERT_TRUE(renewed.ok()) << renewed.status();
   EXPECT_EQ(*renewed, absl::Seconds(1));
@@ -89,12 +93,12 @@ TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
   absl::StatusOr<std::unique_ptr<LeaseHolder>> holder =
       LeaseHolder::Start(client_.get(), absl::Seconds(1));
   ASSERT_TRUE(holder.ok()) << holder.status();
-  ASSERT_TRUE(client_->Put("/job/alive", "yes", (*holder)->id()).ok());
+  ASSERT_OK(client_->Put("/job/alive", "yes", (*holder)->id()));
   // Renewed: the key outlives several times to live.
   absl::SleepFor(absl::Seconds(3));
   EXPECT_TRUE((*holder)->held());
   auto alive = client_->Get("/job/alive");
-  ASSERT_TRUE(alive.ok());
+  ASSERT_OK(alive);
   EXPECT_TRUE(alive->has_value());
 
   // etcd stops answering: within a time to live the holder no longer claims the lease.
@@ -104,6 +108,65 @@ TEST_F(EtcdClientTest, AHolderKeepsItsLeaseAndKnowsWhenItCanNoLongerTrustIt) {
   EXPECT_LE(absl::Now() - stopped, absl::Seconds(1) + absl::Milliseconds(500));
   etcd_->process().Signal(SIGCONT);
   (*holder)->Stop(/*revoke=*/false);
+}
+
+// Forwards to a real client and notes, per RenewLease, how long it was given.
+class RenewalRecorder : public EtcdClient {
+ public:
+  explicit RenewalRecorder(EtcdClient* real)
+      : EtcdClient(real->endpoint(), absl::Seconds(5)), real_(real) {}
+  std::vector<absl::Duration> allowed() {
+    absl::MutexLock lock(&mu_);
+    return allowed_;
+  }
+
+  absl::StatusOr<std::optional<Value>> Get(const std::string& key) override {
+    return real_->Get(key);
+  }
+  absl::StatusOr<std::map<std::string, Value>> GetPrefix(const std::string& prefix) override {
+    return real_->GetPrefix(prefix);
+  }
+  absl::Status Put(const std::string& key, const std::string& value, int64_t lease) override {
+    return real_->Put(key, value, lease);
+  }
+  absl::StatusOr<bool> PutIf(const std::string& key, int64_t mod_revision, const std::string& value,
+                             int64_t lease) override {
+    return real_->PutIf(key, mod_revision, value, lease);
+  }
+  absl::Status Delete(const std::string& key) override { return real_->Delete(key); }
+  absl::StatusOr<Lease> GrantLease(absl::Duration ttl, absl::Time deadline) override {
+    return real_->GrantLease(ttl, deadline);
+  }
+  absl::StatusOr<absl::Duration> RenewLease(int64_t lease, absl::Time deadline) override {
+    {
+      absl::MutexLock lock(&mu_);
+      allowed_.push_back(deadline - absl::Now());
+    }
+    return real_->RenewLease(lease, deadline);
+  }
+  absl::Status RevokeLease(int64_t lease, absl::Time deadline) override {
+    return real_->RevokeLease(lease, deadline);
+  }
+  void CancelCalls() override { real_->CancelCalls(); }
+
+ private:
+  EtcdClient* const real_;
+  absl::Mutex mu_;
+  std::vector<absl::Duration> allowed_ ABSL_GUARDED_BY(mu_);
+};
+
+// A renewal that etcd answers after the lease ended is of no use: a holder cut off from etcd
+// must not wait for one longer than its lease lasts (it waited the client's 5 s call timeout,
+// then took a new lease that late).
+TEST_F(EtcdClientTest, AHolderGivesEachRenewalNoLongerThanItsLeaseLasts) {
+  RenewalRecorder recorder(client_.get());
+  absl::StatusOr<std::unique_ptr<LeaseHolder>> holder =
+      LeaseHolder::Start(&recorder, absl::Seconds(1));
+  ASSERT_OK(holder);
+  ASSERT_TRUE(
+      testing::AwaitCondition([&] { return recorder.allowed().size() >= 2; }, absl::Seconds(10)));
+  (*holder)->Stop(/*revoke=*/true);
+  for (absl::Duration allowed : recorder.allowed()) EXPECT_LE(allowed, absl::Seconds(1));
 }
 
 // A shard stopping while etcd does not answer (SIGTERM during an etcd outage) waits for
@@ -135,9 +198,9 @@ TEST_F(EtcdClientTest, AHolderReplacesALostLeaseThroughItsReplaceFunction) {
       });
   ASSERT_TRUE(holder.ok()) << holder.status();
   const int64_t first = (*holder)->id();
-  ASSERT_TRUE(client_->Put("/job/alive", "yes", first).ok());
+  ASSERT_OK(client_->Put("/job/alive", "yes", first));
   // etcd ends the lease (as it does when it is not renewed in time): the holder takes another.
-  ASSERT_TRUE(client_->RevokeLease(first, absl::InfiniteFuture()).ok());
+  ASSERT_OK(client_->RevokeLease(first, absl::InfiniteFuture()));
   ASSERT_TRUE(testing::AwaitCondition(
       [&] {
         absl::MutexLock lock(&mu);
@@ -173,7 +236,7 @@ TEST_F(EtcdClientTest, AHolderWhoseReplaceRefusesStaysWithoutALease) {
       });
   ASSERT_TRUE(holder.ok()) << holder.status();
   const int64_t first = (*holder)->id();
-  ASSERT_TRUE(client_->RevokeLease(first, absl::InfiniteFuture()).ok());
+  ASSERT_OK(client_->RevokeLease(first, absl::InfiniteFuture()));
   ASSERT_TRUE(testing::AwaitCondition([&] { return (*holder)->ended(); }, absl::Seconds(10)));
   EXPECT_FALSE((*holder)->held());
   EXPECT_EQ((*holder)->id(), first);  // the lease that ended: none replaced it
