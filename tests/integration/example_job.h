@@ -77,6 +77,15 @@ inline std::string WorkerLog(const LocalCluster& cluster, int rank) {
   return ReadFile(absl::StrCat(cluster.dir(), "/worker", rank, ".log"));
 }
 
+// The logs of workers 0 to world_size - 1, each under a line naming it.
+inline std::string WorkerLogs(const LocalCluster& cluster, int world_size) {
+  std::string logs;
+  for (int r = 0; r < world_size; ++r) {
+    absl::StrAppend(&logs, "--- worker ", r, " ---\n", WorkerLog(cluster, r));
+  }
+  return logs;
+}
+
 // Every shard's log, each under a line naming it: what a report of a failed job needs.
 inline std::string ShardLogs(const LocalCluster& cluster) {
   std::string logs;

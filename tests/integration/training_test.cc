@@ -40,6 +40,7 @@ using integration::ReadFloats;
 using integration::SingleProcessReference;
 using integration::WorkerArgs;
 using integration::WorkerLog;
+using integration::WorkerLogs;
 using testing::BinaryPath;
 using testing::LocalCluster;
 using testing::ReadFile;
@@ -254,12 +255,14 @@ TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], values[i] - gradient[i]) << i;
 }
 
-// Polls the shards until every partition has reached `version`. Fails at once, with the
-// workers' logs, when a worker ends first (a worker whose step timed out waiting for another
-// that started late, say), and after 60 s with the shards' logs.
+// Polls the shards until every partition has reached `version`. Fails at once when a worker
+// ends first (a worker whose step timed out waiting for another that started late, say), and
+// after 60 s; either way with every worker's and shard's log.
 ::testing::AssertionResult TrainingReaches(const LocalCluster& cluster,
                                            std::vector<std::unique_ptr<Subprocess>>& workers,
                                            uint64_t version) {
+  const int world_size = static_cast<int>(workers.size());
+  auto logs = [&] { return WorkerLogs(cluster, world_size) + integration::ShardLogs(cluster); };
   ClientOptions options;
   options.servers = cluster.addresses();
   // An operator's client: one with a worker's rank would take that worker's place.
@@ -268,11 +271,11 @@ TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
   if (!observer.ok()) return ::testing::AssertionFailure() << observer.status();
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    for (size_t r = 0; r < workers.size(); ++r) {
+    for (int r = 0; r < world_size; ++r) {
       if (!workers[r]->running()) {
         return ::testing::AssertionFailure()
                << "worker " << r << " ended before version " << version << ":\n"
-               << WorkerLog(cluster, static_cast<int>(r)) << integration::ShardLogs(cluster);
+               << logs();
       }
     }
     auto stats = (*observer)->Stats();
@@ -284,10 +287,8 @@ TEST_P(TrainingTest, HundredMegabyteTensorRoundTripsExactly) {
     if (reached) return ::testing::AssertionSuccess();
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ::testing::AssertionResult failure = ::testing::AssertionFailure();
-  failure << "version " << version << " not reached in 60 s\n";
-  for (size_t r = 0; r < workers.size(); ++r) failure << WorkerLog(cluster, static_cast<int>(r));
-  return failure << integration::ShardLogs(cluster);
+  return ::testing::AssertionFailure() << "version " << version << " not reached in 60 s\n"
+                                       << logs();
 }
 
 // Short enough that a lost peer ends the job soon, long enough that the first BSP step, which
