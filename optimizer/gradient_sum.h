@@ -31,12 +31,54 @@ inline constexpr size_t kGradientBlock = 4096;
 // kGradientBlock, measured; a rule without state is fastest at kGradientBlock).
 inline constexpr size_t kStatefulSixteenBitBlock = 2 * kGradientBlock;
 
+// A rule whose new weights are the summed gradient itself (sum-only) says so:
+//   static constexpr bool kWeightsAreTheSum = true;
+// With a bf16 copy of the weights to write, the copy into the weights and the narrowing are
+// then one loop, and with one bf16 gradient its widening too: one pass that reads and writes
+// memory while it converts, where a pass per step over each block took 1.5x to 2x as long
+// (16 Mi elements, one thread: 3.5 against 5.2 ms; a plain copy of the fp32 weights 3.1 ms).
+template <typename Rule>
+concept WeightsAreTheSum = requires {
+  requires Rule::kWeightsAreTheSum;
+};
+
+// weights[i] = sum[i], bf16_weights[i] = the bf16 of sum[i].
+HETPS_KERNEL void CopyNarrowingToBf16(const float* __restrict sum, float* __restrict weights,
+                                      uint16_t* __restrict bf16_weights, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float value = sum[i];
+    weights[i] = value;
+    bf16_weights[i] = Fp32ToBf16(value);
+  }
+}
+
+// The same from one bf16 gradient, widened (exactly) as it is read.
+HETPS_KERNEL void WidenCopyNarrowingToBf16(const uint16_t* __restrict gradient,
+                                           float* __restrict weights,
+                                           uint16_t* __restrict bf16_weights, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float value = Bf16ToFp32(gradient[i]);
+    weights[i] = value;
+    bf16_weights[i] = Fp32ToBf16(value);
+  }
+}
+
 template <typename Rule>
 struct FusedUpdate {
   HETPS_KERNEL static void Run(const UpdateArgs* args, const typename Rule::Coeffs* coeffs) {
     alignas(64) float block[kStatefulSixteenBitBlock];
     alignas(64) float widened[kStatefulSixteenBitBlock];
     const size_t workers = args->gradients.size();
+    const bool bf16_out =
+        args->narrow_weights_out != nullptr && args->narrow_format == FloatFormat::kBf16;
+    if constexpr (WeightsAreTheSum<Rule>) {
+      if (bf16_out && workers == 1 && args->gradients[0] == nullptr &&
+          args->narrow_gradients[0].format == FloatFormat::kBf16) {
+        WidenCopyNarrowingToBf16(args->narrow_gradients[0].values, args->weights_out,
+                                 args->narrow_weights_out, args->size);
+        return;
+      }
+    }
     const bool sixteen_bit = !args->narrow_gradients.empty() || args->narrow_weights_out != nullptr;
     const size_t block_size =
         sixteen_bit && !args->state.empty() ? kStatefulSixteenBitBlock : kGradientBlock;
@@ -67,6 +109,12 @@ struct FusedUpdate {
         if (workers > 1 && args->gradient_sum_out != nullptr) {
           float* __restrict out = args->gradient_sum_out + begin;
           for (size_t i = 0; i < n; ++i) out[i] = block[i];
+        }
+      }
+      if constexpr (WeightsAreTheSum<Rule>) {
+        if (bf16_out) {
+          CopyNarrowingToBf16(g, args->weights_out + begin, args->narrow_weights_out + begin, n);
+          continue;
         }
       }
       Rule::Block(*coeffs, *args, begin, n, g);

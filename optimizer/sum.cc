@@ -13,6 +13,7 @@ namespace {
 struct Sum {
   struct Config {};
   using Coeffs = Config;
+  static constexpr bool kWeightsAreTheSum = true;  // gradient_sum.h: one pass for bf16 copies
 
   static int StateSlots(const Config&) { return 0; }
   static float InitialState(const Config&) { return 0; }

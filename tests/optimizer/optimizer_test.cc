@@ -1,6 +1,7 @@
 // Every update rule against a reference written from torch.optim's documented formulas in double
 // precision, over 100 steps with random gradients from two workers and a changing learning rate.
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -175,14 +176,16 @@ TEST_P(OptimizerTest, EverySimdLevelGivesTheSameBits) {
 
 // Gradients left in their 16-bit wire formats are widened as the update reads them, and the new
 // weights narrowed as it writes them: bit for bit what widening everything first and narrowing
-// after gives, for one 16-bit gradient alone and for a mix, over several blocks, a last partial
-// block, and a range cut in two pieces that are not whole blocks.
+// after gives, for one 16-bit gradient alone, one fp32 gradient and a mix, over several blocks,
+// a last partial block, and a range cut in two pieces that are not whole blocks, with an
+// infinity, a NaN and a value beyond the 16-bit formats' range among the gradients.
 TEST_P(OptimizerTest, SixteenBitGradientsAndWeightsEqualWideningFirst) {
   constexpr size_t n = 3 * kGradientBlock + 123;
   constexpr size_t cut = kGradientBlock + 1000;
   const std::vector<std::vector<FloatFormat>> mixes = {
       {FloatFormat::kBf16},
       {FloatFormat::kFp16},
+      {FloatFormat::kFp32},
       {FloatFormat::kBf16, FloatFormat::kFp32, FloatFormat::kFp16}};
   for (const std::vector<FloatFormat>& formats : mixes) {
     for (FloatFormat pulled : {FloatFormat::kBf16, FloatFormat::kFp16}) {
@@ -211,6 +214,9 @@ TEST_P(OptimizerTest, SixteenBitGradientsAndWeightsEqualWideningFirst) {
         std::vector<NarrowGradient> narrow_gradients;
         for (size_t r = 0; r < formats.size(); ++r) {
           for (size_t i = 0; i < n; ++i) wide[r][i] = normal(rng);
+          wide[r][7] = std::numeric_limits<float>::infinity();
+          wide[r][kGradientBlock + 5] = std::numeric_limits<float>::quiet_NaN();
+          wide[r][n - 2] = -3.4e38f;
           if (formats[r] != FloatFormat::kFp32) {
             ConvertFloats(wide[r].data(), FloatFormat::kFp32, narrow[r].data(), formats[r], n);
             ConvertFloats(narrow[r].data(), formats[r], wide[r].data(), FloatFormat::kFp32, n);
