@@ -68,8 +68,9 @@ ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 #endif
 ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "UCX network devices, e.g. mlx5_0:1 or eth0; auto: lo when --host is a loopback "
-          "address, the interface holding --host (and every RDMA port) for another, every "
-          "device for 0.0.0.0; UCX_NET_DEVICES in the environment wins");
+          "address, the interface holding --host (and every RDMA port) for another; for "
+          "0.0.0.0 the one holding this shard's --servers entry, else every device; "
+          "UCX_NET_DEVICES in the environment wins");
 ABSL_FLAG(std::string, ucx_port_range, "",
           "UCX over TCP listens on one more port per network device, for workers' and other "
           "shards' data connections: LOW-HIGH keeps it in that range (firewalls); empty: any");
@@ -120,7 +121,8 @@ ABSL_FLAG(double, lease_s, 2,
           "acknowledges no update");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "Every shard's address (host:port), in shard order, as workers list them: with "
-          "--replicas 2, this shard advertises its own in etcd, where the other shards find it. "
+          "--replicas 2, this shard advertises its own in etcd, where the other shards find it; "
+          "on 0.0.0.0, UCX offers the interface that holds it (--ucx_net_devices auto). "
           "Empty: the address it listens on");
 ABSL_FLAG(double, lifetime_s, 0,
           "Exit by itself after this many seconds (0: run until SIGINT/SIGTERM)");

@@ -89,6 +89,9 @@ transport::TransportOptions TransportOptionsFor(const ServerOptions& options) {
   transport::TransportOptions transport_options;
   transport_options.max_message_bytes = options.max_message_bytes;
   transport_options.ucx_net_devices = options.ucx_net_devices;
+  if (options.servers.size() == options.num_shards) {
+    transport_options.ucx_advertised_address = options.servers[options.shard_index];
+  }
   transport_options.ucx_busy_poll = options.ucx_busy_poll;
   transport_options.ucx_clients_per_worker = options.ucx_clients_per_worker;
   transport_options.grpc_bulk_port = options.grpc_bulk_port;

@@ -28,6 +28,7 @@ absl::StatusOr<std::shared_ptr<Transport>> CreateTransport(absl::string_view nam
     ucx.tls = options.ucx_tls;
     ucx.busy_poll = options.ucx_busy_poll;
     ucx.server_clients_per_worker = options.ucx_clients_per_worker;
+    ucx.advertised_address = options.ucx_advertised_address;
     ucx.shared = options;
     return NewUcxTransport(ucx);
   }

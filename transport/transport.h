@@ -148,6 +148,10 @@ struct TransportOptions {
   // A UCX server moves new clients to a new UCX worker once this many have left the current
   // one (UcxOptions::server_clients_per_worker).
   int ucx_clients_per_worker = 64;
+  // UCX only, for a listener on a wildcard address (0.0.0.0, ::): the address peers reach it
+  // at (a shard's entry in --servers). "auto" devices then follow it as they follow a
+  // listener's own address; empty: every device.
+  std::string ucx_advertised_address;
 
   // Liveness: each end pings the other after this long without traffic, and a connection whose
   // ping is not answered within keepalive_timeout is closed (its calls fail with Unavailable;

@@ -6,7 +6,8 @@
 #   container bridge or a second network does). UCX over TCP offers a peer every interface and
 #   connects to any that the peer offers; with "auto" a shard offers the interface of its --host
 #   and a worker the one it routes the shard's address through, so every run connects, and over
-#   the link. Before, most runs failed with "Destination is unreachable".
+#   the link. Before, most runs failed with "Destination is unreachable". A shard listening on
+#   0.0.0.0 offers the interface of the address it is reached at (its entry in --servers).
 # - Shared memory across the namespaces (they share the IPC namespace, as containers run with
 #   --ipc=host do): UCX's memory-mapped transports would carry the messages but lose every
 #   wake-up (transport/ucx/shared_memory.h), 100 ms a message; the worker connects without them.
@@ -66,11 +67,11 @@ ip netns exec "$shard_ns" "$build_dir/server/ps-server" --transport ucx --host "
   --port 0 --port_file "$run_dir/port" --lifetime_s 170 >"$run_dir/shard.log" 2>&1 &
 pids+=($!)
 await "[ -s $run_dir/port ]" 30
-bench() {  # run, UCX_TLS (empty: unset); prints the lanes the run's connections used
-  local out="$run_dir/bench$1.out" tls=()
+bench() {  # run, UCX_TLS (empty: unset)[, port]; prints the lanes the run's connections used
+  local out="$run_dir/bench$1.out" tls=() port=${3:-$(cat "$run_dir/port")}
   [ -n "$2" ] && tls=("UCX_TLS=$2")
   ip netns exec "$worker_ns" env HETPS_LOG_LEVEL=info "${tls[@]}" timeout 60 \
-    "$build_dir/bench/ps-bench" --servers "$shard_ip:$(cat "$run_dir/port")" --transport ucx \
+    "$build_dir/bench/ps-bench" --servers "$shard_ip:$port" --transport ucx \
     --op pushpull -b 4K -e 1M -f 16 --duration_s 0.1 --check >"$out" 2>&1 ||
     fail "ps-bench run $1 failed"
   grep -o 'lane\[[0-9]\]: *[0-9]*:[a-z]*/[^ .]*' "$out" | sed 's/.*://' | sort -u | tr '\n' ' '
@@ -83,5 +84,25 @@ lanes=$(bench 5 "")
 [ -n "$lanes" ] || fail "ps-bench run 5 logged no UCX connection"
 if grep -qE 'sysv|posix|xpmem' <<<"$lanes"; then fail "memory-mapped lanes across namespaces: $lanes"; fi
 grep -q "tcp/nl${tag}w" <<<"$lanes" || fail "ps-bench run 5 did not use the link: $lanes"
+
+# A shard on every interface (a fixed port: the namespace is the test's own).
+ip netns exec "$shard_ns" "$build_dir/server/ps-server" --transport ucx --host 0.0.0.0 \
+  --port 7000 --port_file "$run_dir/port7000" --servers "$shard_ip:7000" --lifetime_s 170 \
+  >"$run_dir/wildcard.log" 2>&1 &
+pids+=($!)
+await "[ -s $run_dir/port7000 ]" 30
+wildcard_pid=${pids[-1]}
+# UCX's TCP listeners (not the shard's own port, nor gRPC's bulk one on 0.0.0.0): on the link's
+# address alone, not on the dead end's or loopback (where it offered every interface before).
+listeners=$(ip netns exec "$shard_ns" ss -ltnpH | grep "pid=$wildcard_pid," |
+  awk '{print $4}' | grep -v -e ':7000$' -e '^\*:' -e '^0\.0\.0\.0:' | sed 's/:[0-9]*$//' |
+  sort -u | tr '\n' ' ')
+[ "$listeners" = "$shard_ip " ] || fail "the shard on 0.0.0.0 offers UCX on '$listeners', not $shard_ip"
+for run in 6 7; do
+  lanes=$(bench "$run" tcp 7000)
+  [ "$lanes" = "tcp/nl${tag}w " ] || fail "ps-bench run $run used '$lanes', not tcp/nl${tag}w"
+done
 echo "ok: 4 runs over TCP across a multi-homed pair of namespaces used the link (tcp/nl${tag}w);"
+echo "ok: a shard on 0.0.0.0 reached at its link address offered UCX there alone, and 2 more runs"
+echo "    against it used the link too;"
 echo "ok: with every UCX transport allowed, the worker used $lanes"

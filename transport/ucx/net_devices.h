@@ -5,7 +5,8 @@
 // a second network) fails the connection with "Destination is unreachable" in some runs and
 // not others. "auto" names instead the interface that carries the traffic anyway:
 //   - a loopback address: lo;
-//   - a listener's address: the interface that holds it (a wildcard address: every interface);
+//   - a listener's address: the interface that holds it (a wildcard address: every interface,
+//     unless the listener is told where peers reach it: UcxOptions::advertised_address);
 //   - a peer's address: the interface the kernel routes it through;
 // plus every RDMA port (RDMA decides its own reachability). Where none is found (an address
 // that does not resolve, a route through no interface), every interface, as UCX would.

@@ -23,10 +23,15 @@
 namespace hetps::transport {
 namespace {
 
-// "auto" devices: those that carry traffic to `address` (transport/ucx/net_devices.h).
+// "auto" devices: those that carry traffic to `address` (transport/ucx/net_devices.h). A
+// listener whose own address names no interface (a wildcard) follows the address peers reach
+// it at, where it is given: every interface would include some that they cannot reach.
 UcxOptions Resolve(UcxOptions options, const std::string& address, bool listening) {
   if (options.net_devices == "auto") {
     options.net_devices = ucx_internal::AutoNetDevices(address, listening);
+    if (listening && options.net_devices.empty() && !options.advertised_address.empty()) {
+      options.net_devices = ucx_internal::AutoNetDevices(options.advertised_address, listening);
+    }
   }
   return options;
 }

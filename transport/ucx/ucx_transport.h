@@ -57,6 +57,9 @@ struct UcxOptions {
   // segment attached (4 MiB of address space, the pages the client used, and one of the
   // machine's System V segments, 4096 by default), for the server's life.
   int server_clients_per_worker = 64;
+  // For a listener on a wildcard address: where peers reach it (TransportOptions::
+  // ucx_advertised_address); "auto" devices follow it.
+  std::string advertised_address;
   // What UCX shares with gRPC (its bootstrap runs over gRPC): keepalive, idle timeout and
   // backpressure. Its max_message_bytes is ignored for the one above.
   TransportOptions shared;
