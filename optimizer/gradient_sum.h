@@ -42,22 +42,16 @@ concept WeightsAreTheSum = requires {
   requires Rule::kWeightsAreTheSum;
 };
 
-// weights[i] = sum[i], bf16_weights[i] = the bf16 of sum[i].
-HETPS_KERNEL void CopyNarrowingToBf16(const float* __restrict sum, float* __restrict weights,
+// An element of a summed gradient: fp32, or bf16 bits widened (exactly) as it is read.
+HETPS_KERNEL float SumElement(float value) { return value; }
+HETPS_KERNEL float SumElement(uint16_t bf16) { return Bf16ToFp32(bf16); }
+
+// weights[i] = sum[i], bf16_weights[i] = the bf16 of sum[i]; `Element`: float or bf16 bits.
+template <typename Element>
+HETPS_KERNEL void CopyNarrowingToBf16(const Element* __restrict sum, float* __restrict weights,
                                       uint16_t* __restrict bf16_weights, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float value = sum[i];
-    weights[i] = value;
-    bf16_weights[i] = Fp32ToBf16(value);
-  }
-}
-
-// The same from one bf16 gradient, widened (exactly) as it is read.
-HETPS_KERNEL void WidenCopyNarrowingToBf16(const uint16_t* __restrict gradient,
-                                           float* __restrict weights,
-                                           uint16_t* __restrict bf16_weights, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float value = Bf16ToFp32(gradient[i]);
+    const float value = SumElement(sum[i]);
     weights[i] = value;
     bf16_weights[i] = Fp32ToBf16(value);
   }
@@ -74,8 +68,8 @@ struct FusedUpdate {
     if constexpr (WeightsAreTheSum<Rule>) {
       if (bf16_out && workers == 1 && args->gradients[0] == nullptr &&
           args->narrow_gradients[0].format == FloatFormat::kBf16) {
-        WidenCopyNarrowingToBf16(args->narrow_gradients[0].values, args->weights_out,
-                                 args->narrow_weights_out, args->size);
+        CopyNarrowingToBf16(args->narrow_gradients[0].values, args->weights_out,
+                            args->narrow_weights_out, args->size);
         return;
       }
     }
