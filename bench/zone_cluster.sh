@@ -27,7 +27,10 @@
 # the least at which tbf still reaches its rate on this VM; 64kb gave 0.4 of it); at 512kb it
 # let 4 ms of each idle moment's traffic through at once, which hid a small model's pipeline.
 # TCP_CC=reno (or another the kernel allows in a namespace) sets the namespaces' TCP congestion
-# control; they inherit the host's otherwise (printed).
+# control; they inherit the host's otherwise (printed). TCP_WMEM caps the namespaces' TCP send
+# buffers (the largest of net.ipv4.tcp_wmem, bytes): auto (the default) at what ps-plan
+# recommends for the layout (where workers share a busier shard link), off never (the kernel's
+# autotuning, up to 4 MiB), or a number. TBF_LATENCY: how long a link's queue may be (100ms).
 # UCX runs over TCP (shared memory would pass between namespaces).
 # CHECK=1 has ps-bench check every pulled value (and fail on a wrong one); off by default, as
 # the check's time counts in the step. FLOOR=1 also measures each size's plain-TCP floor
@@ -50,6 +53,7 @@ partition_bytes=${PARTITION_BYTES:-auto}
 tcp_cc=${TCP_CC:-}
 check=${CHECK:-0}
 floor=${FLOOR:-0}
+tcp_wmem=${TCP_WMEM:-auto}
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "skipped: needs root and iproute2 (ip, tc)"
   exit 77
@@ -120,7 +124,8 @@ shape() {
   if [ "$delay_by" = netem ]; then
     "${run[@]}" qdisc add dev "$dev" root netem delay "${delay_ms}ms" rate "$rate" limit 100000
   else
-    "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst "${TBF_BURST:-128kb}" latency 100ms
+    "${run[@]}" qdisc add dev "$dev" root tbf rate "$rate" burst "${TBF_BURST:-128kb}" \
+      latency "${TBF_LATENCY:-100ms}"
   fi
 }
 host_number=1
@@ -263,6 +268,29 @@ print(f'floor  | {$floor_ms:11.2f} ms over plain TCP (x bound {$floor_ms / $boun
       f'hetps p50 x floor {$p50 / $floor_ms:.2f}')"
 }
 
+# Caps every namespace's TCP send buffers at `recommended` bytes (ps-plan's; none: empty) or
+# what TCP_WMEM says; sockets opened later follow. Sets `send_buffers` for the rows.
+initial_wmem_max=""
+cap_send_buffers() {
+  local recommended=$1 cap="" ns wmem_min wmem_default wmem_max
+  case "$tcp_wmem" in
+    auto) cap=$recommended ;;
+    off) ;;
+    *) cap=$tcp_wmem ;;
+  esac
+  for ns in "${namespaces[@]}"; do
+    # A namespace starts from the kernel's defaults (4096 16384 4194304), not the host's.
+    read -r wmem_min wmem_default wmem_max < <(ip netns exec "$ns" sysctl -n net.ipv4.tcp_wmem)
+    [ -n "$initial_wmem_max" ] || initial_wmem_max=$wmem_max
+    ip netns exec "$ns" sysctl -q -w \
+      net.ipv4.tcp_wmem="$wmem_min $wmem_default ${cap:-$initial_wmem_max}"
+  done
+  local how="the kernel's autotuning"
+  [ -n "$cap" ] && how="capped, TCP_WMEM=$tcp_wmem"
+  read -r _ _ wmem_max < <(ip netns exec "${namespaces[0]}" sysctl -n net.ipv4.tcp_wmem)
+  send_buffers="TCP send buffers: up to $wmem_max bytes ($how)"
+}
+
 # 2. Push-pull against the bound.
 gpu_bps=$(bits_per_second "$gpu_rate")
 rtt_ms=0
@@ -278,10 +306,12 @@ for size in $sizes; do
     --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
     --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
     --rtt_ms "$rtt_ms" --json)
-  read -r planned partition < <(python3 -c '
+  read -r planned partition send_buffer < <(python3 -c '
 import json, sys
 option = json.load(sys.stdin)["options"][0]
-print(option["communication_ms"], option["partition_bytes"])' <<<"$plan_json")
+print(option["communication_ms"], option["partition_bytes"],
+      option["tcp_send_buffer_bytes"] or "")' <<<"$plan_json")
+  cap_send_buffers "$send_buffer"
   start_shards zone
   bench_pids=()
   for ((i = 0; i < workers; ++i)); do
@@ -319,6 +349,7 @@ print(f"{size:<6} | {p50:11.2f} {model / p50 / 1e6:11.3f} | {bound:11.2f} {link:
 with open(f"{run_dir}/p50-{size}", "w") as f:
     f.write(f"{p50} {bound}\n")
 EOF
+  echo "tcp    | $send_buffers"
   if [ "$floor" = 1 ]; then measure_floor "$size" "$bytes"; fi
 done
 echo "PASSED"
