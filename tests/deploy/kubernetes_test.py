@@ -119,36 +119,45 @@ def run_shard_pod(build_dir, work, statefulset, config, label):
     token = os.path.join(work, "token")
     with open(token, "w") as f:
         f.write("a-test-token-of-enough-length\n")
-    metrics = free_port()
     words = replace_flag(words, "--host", "127.0.0.1")
-    words = replace_flag(words, "--port", str(free_port()))
-    words = replace_flag(words, "--metrics_port", str(metrics))
     words = replace_flag(words, "--auth_token_file", token)
     etcd = None
     if flag(words, "--etcd"):
         etcd, endpoint = start_etcd(work)
         words = replace_flag(words, "--etcd", endpoint)
     log_path = os.path.join(work, f"shard-{label.replace('/', '-')}.log")
-    with open(log_path, "w") as log:
-        shard = subprocess.Popen(words + ["--lifetime_s", "60"], stdout=log, stderr=log)
     try:
-        probes = {"readinessProbe": None, "livenessProbe": None}
-        for probe in probes:
-            get = container[probe]["httpGet"]
-            check(get["port"] == "metrics", f"{label}: {probe} is not on the metrics port")
-            probes[probe] = f"http://127.0.0.1:{metrics}{get['path']}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and shard.poll() is None:
-            if all(http_status(url) == 200 for url in probes.values()):
-                break
-            time.sleep(0.1)
-        ok = all(http_status(url) == 200 for url in probes.values())
-        if not check(ok, f"{label}: the shard's probes do not both answer 200 ({probes})"):
+        # A free port found here may be taken by a test running beside this one before the
+        # shard binds it: then the shard says so and exits, and it starts again on others.
+        for _ in range(3):
+            metrics = free_port()
+            attempt = replace_flag(replace_flag(words, "--port", str(free_port())),
+                                   "--metrics_port", str(metrics))
+            with open(log_path, "w") as log:
+                shard = subprocess.Popen(attempt + ["--lifetime_s", "60"], stdout=log,
+                                         stderr=log)
+            try:
+                probes = {"readinessProbe": None, "livenessProbe": None}
+                for probe in probes:
+                    get = container[probe]["httpGet"]
+                    check(get["port"] == "metrics", f"{label}: {probe} is not on the metrics port")
+                    probes[probe] = f"http://127.0.0.1:{metrics}{get['path']}"
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and shard.poll() is None:
+                    if all(http_status(url) == 200 for url in probes.values()):
+                        break
+                    time.sleep(0.1)
+                ok = all(http_status(url) == 200 for url in probes.values())
+            finally:
+                shard.kill()
+                shard.wait()
             with open(log_path) as log:
-                problems.append(log.read()[-3000:])
+                output = log.read()
+            if ok or "Address already in use" not in output:
+                break
+        if not check(ok, f"{label}: the shard's probes do not both answer 200 ({probes})"):
+            problems.append(output[-3000:])
     finally:
-        shard.kill()
-        shard.wait()
         if etcd is not None:
             etcd.kill()
             etcd.wait()
