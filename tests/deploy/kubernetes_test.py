@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,9 @@ import urllib.error
 import urllib.request
 
 import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import free_port as free_ports  # noqa: E402
 
 KUSTOMIZATIONS = ["base", "overlays/replicated", "overlays/large"]
 problems = []
@@ -32,9 +34,7 @@ def check(condition, what):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports.free_port("127.0.0.1")
 
 
 def render(source_dir, kustomization):

@@ -21,10 +21,11 @@ await() {
   done
 }
 
-# A TCP port free on address $1 (all addresses when empty) a moment ago.
+# A TCP port free on address $1 (all addresses when empty) a moment ago, below the kernel's
+# ephemeral range, where no outgoing connection takes it before the server binds it
+# (tests/testing/free_port.py).
 free_port() {
-  python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' \
-    "${1:-}"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/free_port.py" "${1:-}"
 }
 
 # Ends (SIGKILL) every process whose pid is in the array `pids` (those the script started) and
