@@ -29,9 +29,9 @@
 # TCP_CC=reno (or another the kernel allows in a namespace) sets the namespaces' TCP congestion
 # control; they inherit the host's otherwise (printed). TCP_WMEM caps the namespaces' TCP send
 # buffers (the largest of net.ipv4.tcp_wmem, bytes): auto (the default) at what ps-plan
-# recommends for the layout and the transport (where workers share a busier shard link; over
-# gRPC, wherever they share one), off never (the kernel's autotuning, up to 4 MiB), or a number.
-# TBF_LATENCY: how long a link's queue may be (100ms).
+# recommends for the layout (where several workers share a shard's link), off never (the
+# kernel's autotuning, up to 4 MiB), or a number. TBF_LATENCY: how long a link's queue may be
+# (100ms).
 # UCX runs over TCP (shared memory would pass between namespaces).
 # CHECK=1 has ps-bench check every pulled value (and fail on a wrong one); off by default, as
 # the check's time counts in the step. FLOOR=1 also measures each size's plain-TCP floor
@@ -306,7 +306,7 @@ for size in $sizes; do
   plan_json=$("$plan" --params "$((bytes / 4))" --workers "$workers" \
     --worker_nic "$(python3 -c "print($gpu_bps / 1e9)")" --shards "$shards" \
     --shard_nic "$(python3 -c "print($cpu_bps / 1e9)")" --partition_bytes "$partition_bytes" \
-    --rtt_ms "$rtt_ms" --transport "$transport" --json)
+    --rtt_ms "$rtt_ms" --json)
   read -r planned partition send_buffer < <(python3 -c '
 import json, sys
 option = json.load(sys.stdin)["options"][0]
