@@ -20,7 +20,7 @@ build_dir=${1:-build}
 layouts=${LAYOUTS:-1x1 2x1 4x1 1x2 2x2 4x2 1x4 2x4 4x4}
 sizes=${SIZES:-1M 64M}
 transport=${TRANSPORT:-ucx}
-rate=${RATE:-1gbit}
+rate=${RATE:-500mbit}  # zone_cluster.sh's default
 iterations=${ITERATIONS:-5}
 zone="$(dirname "$0")/zone_cluster.sh"
 source "$(dirname "$0")/sweep_helpers.sh"
