@@ -91,17 +91,19 @@ class PsPlanTest(unittest.TestCase):
                              "--worker_nic", str(worker_nic), "--shards", str(shards),
                              "--shard_nic", str(shard_nic), "--rtt_ms", str(rtt_ms))["options"][0]
         # Several workers per shard, whether its link is busier than a worker's (4 x 2, 2 x 1)
-        # or as busy (2 x 2, any model): 128 KiB at 1 Gbit/s within a zone.
+        # or as busy (2 x 2, any model): a millisecond of the link within a zone, 128 KiB at 1
+        # Gbit/s, 64 KiB at 500 Mbit/s (the slower NIC's rate).
         for workers, shards, mib in ((4, 2, 16), (2, 1, 16), (2, 2, 16), (2, 2, 1)):
             self.assertEqual(layout(workers, shards, mib=mib)["tcp_send_buffer_bytes"], 128 << 10,
                              f"{workers} x {shards}, {mib} MiB")
+        self.assertEqual(layout(4, 1, shard_nic=0.5)["tcp_send_buffer_bytes"], 64 << 10)
         # One worker shares no link with another: the kernel's autotuning.
         self.assertIsNone(layout(1, 2)["tcp_send_buffer_bytes"])
         self.assertIsNone(layout(1, 1)["tcp_send_buffer_bytes"])
-        # Four round trips at the slower NIC's rate: 25 Gbit/s x 0.1 ms x 4 = 1.25 MB -> 2 MiB;
-        # a 2 ms round trip at 1 Gbit/s: 1 MB -> 1 MiB.
+        # A millisecond at 25 Gbit/s: 3.1 MB -> 4 MiB; four round trips where they are longer: a
+        # 2 ms round trip at 1 Gbit/s, 1 MB -> 1 MiB.
         self.assertEqual(layout(8, 8, worker_nic=100, shard_nic=25)["tcp_send_buffer_bytes"],
-                         2 << 20)
+                         4 << 20)
         self.assertEqual(layout(4, 2, rtt_ms=2)["tcp_send_buffer_bytes"], 1 << 20)
         text = run("--params", str(16 << 20), "--workers", "2", "--worker_nic", "1", "--shards",
                    "2", "--shard_nic", "1").stdout
