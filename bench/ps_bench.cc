@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "bench/json.h"
+#include "bench/pinning.h"
 #include "bench/ps_bench_plan.h"
 #include "bench/report.h"
 #include "bench/runner.h"
@@ -245,7 +246,7 @@ int Run() {
   }
   if (const std::string pin = plan->pin; !pin.empty()) {
     if (absl::Status pinned = PinTo(pin); !pinned.ok()) {
-      std::fprintf(stderr, "ps-bench: %s\n", std::string(pinned.message()).c_str());
+      std::fprintf(stderr, "ps-bench: --pin: %s\n", std::string(pinned.message()).c_str());
       return kFailed;
     }
   }

@@ -1,8 +1,6 @@
 // ps-bench's flags, and the Plan made of them (bench/ps_bench_plan.h).
 #include "bench/ps_bench_plan.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -145,25 +143,6 @@ absl::Status CheckMemory(const Plan& plan) {
 }
 
 }  // namespace
-
-absl::Status PinTo(const std::string& list) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
-    std::vector<std::string> bounds = absl::StrSplit(part, '-');
-    int first = 0, last = 0;
-    if (bounds.size() > 2 || !absl::SimpleAtoi(bounds[0], &first) ||
-        !absl::SimpleAtoi(bounds.back(), &last) || first < 0 || last < first ||
-        last >= CPU_SETSIZE) {
-      return absl::InvalidArgumentError(absl::StrCat("bad --pin list '", list, "'"));
-    }
-    for (int cpu = first; cpu <= last; ++cpu) CPU_SET(cpu, &set);
-  }
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot pin to CPUs ", list));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch) {
   Plan plan;

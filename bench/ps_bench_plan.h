@@ -49,9 +49,6 @@ absl::StatusOr<Plan> MakePlan(ScratchFiles& scratch);
 // The run's settings, as the --json file records them.
 JsonValue ConfigJson(const Plan& plan);
 
-// Runs this process on the CPUs of `list`, e.g. "0-3,8".
-absl::Status PinTo(const std::string& list);
-
 }  // namespace hetps::bench
 
 #endif  // HETPS_BENCH_PS_BENCH_PLAN_H_

@@ -5,6 +5,8 @@
 # ZeroMQ over TCP; hetps is measured over gRPC (TCP), UCX over TCP (UCX_TLS=tcp) and UCX as it
 # picks between two local processes (shared memory). `grpc-one` is gRPC with every call on one
 # connection (ps-server --grpc_bulk_port=-1), as hetps had it before its bulk connection.
+# Beside them, the floor of everything that rides TCP: tcp-pingpong's round trip of the same
+# payload over one loopback connection, delivered both ways, pinned the same way.
 #
 # ps-lite is not part of hetps: fetch its source yourself (github.com/dmlc/ps-lite) and name its
 # folder. The script builds it (Debian's libzmq3-dev, protobuf-compiler and libprotobuf-dev) and
@@ -16,7 +18,8 @@
 #
 # Per size, medians over the rounds: ps-lite's push+pull p50; per hetps transport its p50 and
 # the speed-up over ps-lite (ps-lite p50 / hetps p50: above 1, hetps is faster); for gRPC also
-# its ratio to the raw gRPC round trip with the same payload (ps-bench's floor).
+# its ratio to the raw gRPC round trip with the same payload (ps-bench's floor); the raw TCP
+# round trip, and for the transports over TCP (grpc, grpc-one, ucx-tcp) their ratio to it.
 set -euo pipefail
 
 PSLITE_SRC="${1:?usage: bench/pslite_vs_hetps.sh <ps-lite source> [build dir]}"
@@ -31,11 +34,12 @@ DURATION_S="${DURATION_S:-0.5}"
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
 PS_PLOT="$BUILD/bench/ps-plot"
+TCP_PINGPONG="$BUILD/bench/tcp-pingpong"
 PLOT="${PLOT:-}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 
 [[ -f "$PSLITE_SRC/include/ps/ps.h" ]] || { echo "pslite_vs_hetps: $PSLITE_SRC is not a ps-lite source tree" >&2; exit 2; }
-tools=("$PS_SERVER" "$PS_BENCH")
+tools=("$PS_SERVER" "$PS_BENCH" "$TCP_PINGPONG")
 [[ -n "$PLOT" ]] && tools+=("$PS_PLOT")
 for tool in "${tools[@]}"; do
   [[ -x "$tool" ]] || { echo "pslite_vs_hetps: $tool is not built" >&2; exit 2; }
@@ -87,6 +91,18 @@ pslite() {
   awk '{ print $1, $2 }' "$WORK/worker.out" >>"$WORK/pslite"
 }
 
+# tcp_floor: appends "size p50_us" per size to $WORK/tcp (about a second per size).
+tcp_floor() {
+  local size iterations
+  for size in "${SIZES[@]}"; do
+    iterations=$((size <= 262144 ? 2000 : size <= 4194304 ? 300 : 30))
+    "$TCP_PINGPONG" --size="$size" --iterations="$iterations" --warmup=$((iterations / 10 + 1)) \
+      --initiator_cpu="$CLIENT_CPU" --responder_cpu="$SERVER_CPU" >"$WORK/tcp.out" ||
+      { cat "$WORK/tcp.out" >&2; exit 1; }
+    awk -v size="$size" 'NR == 2 { print size, $3 }' "$WORK/tcp.out" >>"$WORK/tcp"
+  done
+}
+
 # hetps <transport: grpc|grpc-one|ucx|ucx-tcp>: appends "size p50_us floor_p50_us" per size to
 # $WORK/<transport>.
 hetps() {
@@ -113,16 +129,19 @@ hetps() {
 
 
 : >"$WORK/pslite"
+: >"$WORK/tcp"
 for transport in $TRANSPORTS; do : >"$WORK/$transport"; done
 for _ in $(seq "$ROUNDS"); do
   pslite
+  tcp_floor
   for transport in $TRANSPORTS; do hetps "$transport"; done
 done
 
-header=$(printf '%5s | %10s' size "ps-lite")
+header=$(printf '%5s | %10s %9s' size "ps-lite" "tcp")
 for transport in $TRANSPORTS; do
   header+=$(printf ' | %8s p50 %6s' "$transport" "x")
   [[ "$transport" == grpc* ]] && header+=$(printf ' %7s' "x floor")
+  [[ "$transport" == grpc* || "$transport" == ucx-tcp ]] && header+=$(printf ' %5s' "x tcp")
 done
 echo "$header"
 latency_panel="push+pull p50 (us), one worker, one server"
@@ -130,9 +149,12 @@ speedup_panel="ps-lite p50 / hetps p50 (above 1: hetps faster)"
 printf 'panel\t%s\tlog\npanel\t%s\tlog\n' "$latency_panel" "$speedup_panel" >"$WORK/plot.tsv"
 for size in "${SIZES[@]}"; do
   read -r pslite_p50 _ < <(stats "$WORK/pslite" "$size" 2)
-  row=$(printf '%5s | %10.1f' "$(human "$size")" "$pslite_p50")
+  read -r tcp_p50 _ < <(stats "$WORK/tcp" "$size" 2)
+  row=$(printf '%5s | %10.1f %9.1f' "$(human "$size")" "$pslite_p50" "$tcp_p50")
   printf '%s\tps-lite\t%s\t%s\n%s\tps-lite\t%s\t1\tdashed\n' "$latency_panel" "$size" \
     "$pslite_p50" "$speedup_panel" "$size" >>"$WORK/plot.tsv"
+  printf '%s\traw TCP, one connection\t%s\t%s\tdashed\n' "$latency_panel" "$size" "$tcp_p50" \
+    >>"$WORK/plot.tsv"
   for transport in $TRANSPORTS; do
     read -r p50 _ < <(stats "$WORK/$transport" "$size" 2)
     row+=$(awk -v p="$p50" -v l="$pslite_p50" 'BEGIN { printf " | %12.1f %6.2f", p, l / p }')
@@ -143,10 +165,14 @@ for size in "${SIZES[@]}"; do
       read -r floor _ < <(stats "$WORK/$transport" "$size" 3)
       row+=$(awk -v p="$p50" -v f="$floor" 'BEGIN { printf " %7.2f", p / f }')
     fi
+    if [[ "$transport" == grpc* || "$transport" == ucx-tcp ]]; then
+      row+=$(awk -v p="$p50" -v f="$tcp_p50" 'BEGIN { printf " %5.2f", p / f }')
+    fi
   done
   echo "$row"
 done
 echo "p50: push+pull median over $ROUNDS rounds (us); x: ps-lite p50 / hetps p50 (above 1: hetps faster)"
 echo "x floor: hetps gRPC p50 / the raw gRPC round trip with the same payload"
+echo "tcp: the raw TCP round trip over one connection (tcp-pingpong p50, us); x tcp: hetps p50 / it"
 echo "server side on CPU $SERVER_CPU, worker on CPU $CLIENT_CPU"
 draw_plot "$BUILD" "$WORK/plot.tsv"

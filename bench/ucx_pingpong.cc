@@ -14,7 +14,6 @@
 // microseconds. Past UCX's rendezvous threshold the receiver always fetches the payload into
 // its buffer, so both kinds deliver it there. Exit status 2 when UCX fails; both processes give
 // up after --timeout_s.
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
@@ -30,6 +29,7 @@
 
 #include "absl/flags/flag.h"
 #include "bench/latency.h"
+#include "bench/pinning.h"
 #include "common/clock.h"
 #include "common/command_line.h"
 
@@ -48,14 +48,6 @@ constexpr unsigned kPongAm = 2;
 [[noreturn]] void Fail(const char* what, ucs_status_t status) {
   std::fprintf(stderr, "ucx-pingpong: %s: %s\n", what, ucs_status_string(status));
   std::exit(2);
-}
-
-void Pin(int cpu) {
-  if (cpu < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  sched_setaffinity(0, sizeof(set), &set);
 }
 
 // One side: its UCP context and worker, its own buffer, and what the last message brought.
@@ -164,7 +156,7 @@ struct Side {
 };
 
 void Respond(int address_pipe, size_t size, int round_trips) {
-  Pin(absl::GetFlag(FLAGS_responder_cpu));
+  hetps::bench::PinToCpuOrExit(absl::GetFlag(FLAGS_responder_cpu), "ucx-pingpong");
   Side side(size);
   side.Listen(kPingAm);
   const std::string address = side.Address();
@@ -186,7 +178,7 @@ void Respond(int address_pipe, size_t size, int round_trips) {
 }
 
 int Initiate(int address_pipe, size_t size) {
-  Pin(absl::GetFlag(FLAGS_initiator_cpu));
+  hetps::bench::PinToCpuOrExit(absl::GetFlag(FLAGS_initiator_cpu), "ucx-pingpong");
   uint64_t length = 0;
   if (read(address_pipe, &length, sizeof(length)) != sizeof(length)) return 2;
   std::string address(length, '\0');
