@@ -11,7 +11,9 @@
 //
 // Rules labelled _bf16 run as a shard does for a bf16 tensor: one gradient as it arrived in bf16,
 // widened as the rule reads it, and the new weights' bf16 copy (what pulls send) written too;
-// their traffic counts 2 bytes less for the gradient and 2 more for the copy.
+// their traffic counts 2 bytes less for the gradient and 2 more for the copy. sum_scattered runs
+// as a shard does for a gradient that came over gRPC: fp32 in receive buffers of 64 KiB, whose
+// boundaries fall inside elements, gathered into L1 block by block as the rule reads them.
 //
 //   optimizer_bench                                   # the whole sweep (a few minutes)
 //   optimizer_bench --benchmark_filter='adam/.*/threads:1'
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "common/aligned_buffer.h"
 #include "common/half.h"
@@ -40,6 +43,7 @@ struct RuleCase {
   std::string rule;
   OptimizerParams params;
   FloatFormat wire = FloatFormat::kFp32;  // the gradient's and the pulled weights' format
+  bool scattered = false;                 // fp32 gradient in gRPC-like pieces
 };
 
 const std::vector<RuleCase>& Cases() {
@@ -53,6 +57,7 @@ const std::vector<RuleCase>& Cases() {
       {"sum", "sum", {}},
       {"adam_bf16", "adam", {}, FloatFormat::kBf16},
       {"sum_bf16", "sum", {}, FloatFormat::kBf16},
+      {"sum_scattered", "sum", {}, FloatFormat::kFp32, /*scattered=*/true},
   };
   return *cases;
 }
@@ -131,7 +136,7 @@ void RunRule(benchmark::State& state, const RuleCase* rule_case,
   const float* gradients[] = {gradient.data()};
   // 16-bit: the gradient in the wire format, and room for the weights' copy in it.
   AlignedBuffer narrow_gradient, narrow_weights;
-  NarrowGradient narrow[1];
+  StreamedGradient narrow[1];
   if (rule_case->wire != FloatFormat::kFp32) {
     narrow_gradient = *AlignedBuffer::AllocateZeroed((n + 1) / 2);
     narrow_weights = *AlignedBuffer::AllocateZeroed((n + 1) / 2);
@@ -140,15 +145,30 @@ void RunRule(benchmark::State& state, const RuleCase* rule_case,
     gradients[0] = nullptr;
     narrow[0] = {bits, rule_case->wire};
   }
+  // Scattered: a first piece of an odd length, then 64 KiB each, as gRPC hands a message over.
+  std::vector<absl::Span<const uint8_t>> pieces;
+  if (rule_case->scattered) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(gradient.data());
+    const size_t size = static_cast<size_t>(n) * sizeof(float);
+    for (size_t offset = 0; offset < size;) {
+      const size_t take = std::min<size_t>(offset == 0 ? 7363 : 65536, size - offset);
+      pieces.emplace_back(bytes + offset, take);
+      offset += take;
+    }
+    gradients[0] = nullptr;
+    narrow[0].format = FloatFormat::kFp32;
+    narrow[0].pieces = pieces;
+  }
   UpdateArgs args;
   args.weights_in = weights.data();
   args.weights_out = weights.data();
   args.gradients = gradients;
   if (rule_case->wire != FloatFormat::kFp32) {
-    args.narrow_gradients = narrow;
+    args.streamed_gradients = narrow;
     args.narrow_weights_out = reinterpret_cast<uint16_t*>(narrow_weights.data());
     args.narrow_format = rule_case->wire;
   }
+  if (rule_case->scattered) args.streamed_gradients = narrow;
   args.state = slots;
   args.size = static_cast<size_t>(n);
   const auto start = std::chrono::steady_clock::now();

@@ -5,6 +5,8 @@
 // copy from L1, not a second pass over the gradients. Gradients still in a 16-bit format are
 // widened into the block as it is built, and the new weights narrowed from it right after the
 // rule wrote them (UpdateArgs::narrow_weights_out): 16-bit traffic costs no pass of its own.
+// Gradients scattered over a transport's receive buffers are gathered into the block the same
+// way (StreamedGradient::pieces), with no contiguous copy made first.
 //
 //   struct Sgd {
 //     struct Coeffs { float lr; };
@@ -17,7 +19,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "common/half.h"
 #include "common/simd.h"
 #include "optimizer/optimizer.h"
@@ -57,23 +63,62 @@ HETPS_KERNEL void CopyNarrowingToBf16(const Element* __restrict sum, float* __re
   }
 }
 
+// Reads a scattered gradient's bytes in order: each Copy starts at or after where the one before
+// started, so finding the piece costs nothing per block.
+class PieceReader {
+ public:
+  explicit PieceReader(absl::Span<const absl::Span<const uint8_t>> pieces) : pieces_(pieces) {}
+
+  // Copies bytes [offset, offset + size) of the concatenated pieces into `out`.
+  // REQUIRES: offset + size <= the pieces' total size, offset not before the last call's.
+  void Copy(size_t offset, size_t size, uint8_t* out) {
+    while (size > 0) {
+      while (piece_start_ + pieces_[piece_].size() <= offset) {
+        piece_start_ += pieces_[piece_].size();
+        ++piece_;
+      }
+      const absl::Span<const uint8_t> piece = pieces_[piece_];
+      const size_t at = offset - piece_start_;
+      const size_t take = std::min(size, piece.size() - at);
+      std::memcpy(out, piece.data() + at, take);
+      out += take;
+      offset += take;
+      size -= take;
+    }
+  }
+
+ private:
+  const absl::Span<const absl::Span<const uint8_t>> pieces_;
+  size_t piece_ = 0;
+  size_t piece_start_ = 0;  // offset of pieces_[piece_] in the concatenation
+};
+
 template <typename Rule>
 struct FusedUpdate {
   HETPS_KERNEL static void Run(const UpdateArgs* args, const typename Rule::Coeffs* coeffs) {
     alignas(64) float block[kStatefulSixteenBitBlock];
     alignas(64) float widened[kStatefulSixteenBitBlock];
+    alignas(64) uint16_t gathered[kStatefulSixteenBitBlock];  // a scattered 16-bit block
     const size_t workers = args->gradients.size();
+    absl::InlinedVector<PieceReader, 8> readers;
+    for (const StreamedGradient& streamed : args->streamed_gradients)
+      readers.emplace_back(streamed.pieces);
     const bool bf16_out =
         args->narrow_weights_out != nullptr && args->narrow_format == FloatFormat::kBf16;
     if constexpr (WeightsAreTheSum<Rule>) {
       if (bf16_out && workers == 1 && args->gradients[0] == nullptr &&
-          args->narrow_gradients[0].format == FloatFormat::kBf16) {
-        CopyNarrowingToBf16(args->narrow_gradients[0].values, args->weights_out,
+          args->streamed_gradients[0].values != nullptr &&
+          args->streamed_gradients[0].format == FloatFormat::kBf16) {
+        CopyNarrowingToBf16(args->streamed_gradients[0].values, args->weights_out,
                             args->narrow_weights_out, args->size);
         return;
       }
     }
-    const bool sixteen_bit = !args->narrow_gradients.empty() || args->narrow_weights_out != nullptr;
+    bool sixteen_bit = args->narrow_weights_out != nullptr;
+    for (size_t r = 0; r < args->streamed_gradients.size(); ++r) {
+      sixteen_bit |=
+          args->gradients[r] == nullptr && args->streamed_gradients[r].format != FloatFormat::kFp32;
+    }
     const size_t block_size =
         sixteen_bit && !args->state.empty() ? kStatefulSixteenBitBlock : kGradientBlock;
     for (size_t begin = 0; begin < args->size; begin += block_size) {
@@ -85,10 +130,19 @@ struct FusedUpdate {
         for (size_t r = 0; r < workers; ++r) {
           const float* from = args->gradients[r] == nullptr ? nullptr : args->gradients[r] + begin;
           if (from == nullptr) {
-            // 16-bit: widened into L1 (exactly), then summed like an fp32 gradient.
-            const NarrowGradient& narrow = args->narrow_gradients[r];
+            // Widened (exactly) or gathered into L1, then summed like an fp32 gradient.
+            const StreamedGradient& streamed = args->streamed_gradients[r];
             float* into = r == 0 ? block : widened;
-            ConvertFloats(narrow.values + begin, narrow.format, into, FloatFormat::kFp32, n);
+            if (streamed.values != nullptr) {
+              ConvertFloats(streamed.values + begin, streamed.format, into, FloatFormat::kFp32, n);
+            } else if (streamed.format == FloatFormat::kFp32) {
+              readers[r].Copy((streamed.first_element + begin) * sizeof(float), n * sizeof(float),
+                              reinterpret_cast<uint8_t*>(into));
+            } else {
+              readers[r].Copy((streamed.first_element + begin) * sizeof(uint16_t),
+                              n * sizeof(uint16_t), reinterpret_cast<uint8_t*>(gathered));
+              ConvertFloats(gathered, streamed.format, into, FloatFormat::kFp32, n);
+            }
             from = into;
           }
           const float* __restrict values = from;

@@ -11,10 +11,14 @@ void UpdateRange(const Optimizer& rule, const UpdateArgs& args, size_t begin, si
   for (const float*& g : gradients) {
     if (g != nullptr) g += begin;
   }
-  absl::InlinedVector<NarrowGradient, 8> narrow(args.narrow_gradients.begin(),
-                                                args.narrow_gradients.end());
-  for (NarrowGradient& g : narrow) {
-    if (g.values != nullptr) g.values += begin;
+  absl::InlinedVector<StreamedGradient, 8> streamed(args.streamed_gradients.begin(),
+                                                    args.streamed_gradients.end());
+  for (StreamedGradient& g : streamed) {
+    if (g.values != nullptr) {
+      g.values += begin;
+    } else {
+      g.first_element += begin;
+    }
   }
   absl::InlinedVector<float*, 4> state(args.state.begin(), args.state.end());
   for (float*& slot : state) slot += begin;
@@ -22,7 +26,7 @@ void UpdateRange(const Optimizer& rule, const UpdateArgs& args, size_t begin, si
   piece.weights_in = args.weights_in + begin;
   piece.weights_out = args.weights_out + begin;
   piece.gradients = gradients;
-  piece.narrow_gradients = narrow;
+  piece.streamed_gradients = streamed;
   piece.state = state;
   piece.size = end - begin;
   if (args.gradient_sum_out != nullptr) piece.gradient_sum_out = args.gradient_sum_out + begin;

@@ -30,10 +30,17 @@ namespace hetps {
 
 using OptimizerParams = std::map<std::string, double>;
 
-// A gradient still in the 16-bit format it travelled in (bf16 or fp16).
-struct NarrowGradient {
+// A gradient that the update reads a block at a time into L1 instead of in place: values still
+// in the 16-bit format they travelled in (bf16 or fp16), widened as they are read, or values in
+// any format scattered over pieces (a transport's receive buffers, whose boundaries need not
+// fall between elements), gathered as they are read. Either way no copy of the whole is made.
+struct StreamedGradient {
+  // Contiguous 16-bit values; null for a scattered gradient.
   const uint16_t* values = nullptr;
   FloatFormat format = FloatFormat::kBf16;
+  // Scattered: the gradient's bytes in order, and the element that UpdateArgs' element 0 is.
+  absl::Span<const absl::Span<const uint8_t>> pieces;
+  size_t first_element = 0;
 };
 
 struct UpdateArgs {
@@ -41,7 +48,7 @@ struct UpdateArgs {
   const float* weights_in = nullptr;
   float* weights_out = nullptr;
   // The gradients to apply, summed in this order. At least one. A null one is in 16 bits, in
-  // narrow_gradients below.
+  // streamed_gradients below.
   absl::Span<const float* const> gradients;
   // state_slots() arrays of `size` floats each, set by InitializeState before the first step.
   absl::Span<float* const> state;
@@ -52,10 +59,10 @@ struct UpdateArgs {
   // Optional, with more than one gradient: receives their sum (`size` floats), exactly the
   // values the rule was applied to (replication sends it to a backup).
   float* gradient_sum_out = nullptr;
-  // Where gradients[i] is null, narrow_gradients[i] holds that gradient (then there is an entry
-  // per gradient): the update widens it a block at a time as it reads it, with no fp32 copy of
-  // the whole.
-  absl::Span<const NarrowGradient> narrow_gradients;
+  // Where gradients[i] is null, streamed_gradients[i] holds that gradient (then there is an
+  // entry per gradient): the update widens or gathers it a block at a time as it reads it, with
+  // no fp32 copy of the whole.
+  absl::Span<const StreamedGradient> streamed_gradients;
   // Optional: also receives the new weights in `narrow_format` (bf16 or fp16), narrowed from
   // each block just written (what pulls in that format send).
   uint16_t* narrow_weights_out = nullptr;

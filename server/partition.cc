@@ -68,9 +68,10 @@ absl::StatusOr<Partition::HeldGradient> Partition::Hold(FloatFormat format,
     held.data = reinterpret_cast<const float*>(segments[0].data());
     return held;
   }
-  // Apply widens 16-bit values in one piece as it goes. Scattered ones are gathered here, in
-  // one pass; a replicated partition forwards fp32 values, so widens them once, here too.
-  if (whole && !replicated()) return held;
+  // Apply widens 16-bit values and gathers scattered ones (gRPC's receive buffers) as it goes,
+  // with no copy of the whole. A replicated partition forwards fp32 values, so widens and
+  // gathers them once, here.
+  if (!replicated()) return held;
   HETPS_RETURN_IF_ERROR(Widen(held));
   return held;
 }
@@ -263,21 +264,27 @@ void Partition::Apply(absl::Span<const HeldGradient> gradients, float* gradient_
     if (config_.checkpoint && out != weights_) spare_weights_ = weights_;
   }
   absl::InlinedVector<const float*, 8> values;
-  absl::InlinedVector<NarrowGradient, 8> narrow(gradients.size());
-  bool any_narrow = false;
+  absl::InlinedVector<StreamedGradient, 8> streamed(gradients.size());
+  bool any_streamed = false;
   for (size_t i = 0; i < gradients.size(); ++i) {
     values.push_back(gradients[i].data);
     if (gradients[i].data != nullptr) continue;
-    any_narrow = true;
-    narrow[i] = {reinterpret_cast<const uint16_t*>(gradients[i].payload.segments()[0].data()),
-                 gradients[i].format};
+    any_streamed = true;
+    const absl::Span<const transport::ByteSpan> segments = gradients[i].payload.segments();
+    streamed[i].format = gradients[i].format;
+    if (segments.size() == 1 && gradients[i].format != FloatFormat::kFp32 &&
+        reinterpret_cast<uintptr_t>(segments[0].data()) % alignof(uint16_t) == 0) {
+      streamed[i].values = reinterpret_cast<const uint16_t*>(segments[0].data());
+    } else {
+      streamed[i].pieces = segments;
+    }
   }
   const Optimizer& rule = OptimizerForNextStep();
   UpdateArgs args;
   args.weights_in = weights_->data();
   args.weights_out = out->data();
   args.gradients = values;
-  if (any_narrow) args.narrow_gradients = narrow;
+  if (any_streamed) args.streamed_gradients = streamed;
   args.state = state_slots_;
   args.size = config_.range.size;
   args.step = version();

@@ -146,8 +146,9 @@ class Partition {
 
   // Owner thread only.
   //
-  // Takes a worker's gradient (num_elements() values in `format`). ResourceExhausted if it
-  // cannot be held, or one of the refusals above; nothing changes then. Returns the version a
+  // Takes a worker's gradient (num_elements() values in `format`), which BSP keeps until its
+  // step is applied: `gradient` must own what it refers to, as a received payload does.
+  // ResourceExhausted if it cannot be held, or one of the refusals above; nothing changes then. Returns the version a
   // replicated partition must serve before the push is acknowledged (AckWhenReplicated).
   // REQUIRES: origin.rank < num_workers.
   absl::StatusOr<uint64_t> Push(const PushOrigin& origin, FloatFormat format,

@@ -1,6 +1,8 @@
 // Every update rule against a reference written from torch.optim's documented formulas in double
 // precision, over 100 steps with random gradients from two workers and a changing learning rate.
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
@@ -180,11 +182,26 @@ TEST_P(OptimizerTest, EverySimdLevelGivesTheSameBits) {
   SetActiveSimdLevel(best);
 }
 
+// `bytes` cut into pieces of uneven sizes, some empty, most of whose boundaries fall inside an
+// element, as a transport's receive buffers are.
+std::vector<absl::Span<const uint8_t>> UnevenPieces(const void* bytes, size_t size) {
+  static constexpr size_t kSizes[] = {1, 0, 3, 65301, 7, 1000, 0, 104, 45469, 2};
+  std::vector<absl::Span<const uint8_t>> pieces;
+  const auto* data = static_cast<const uint8_t*>(bytes);
+  for (size_t offset = 0, i = 0; offset < size; ++i) {
+    const size_t take = std::min(kSizes[i % std::size(kSizes)], size - offset);
+    pieces.emplace_back(data + offset, take);
+    offset += take;
+  }
+  return pieces;
+}
+
 // Gradients left in their 16-bit wire formats are widened as the update reads them, and the new
 // weights narrowed as it writes them: bit for bit what widening everything first and narrowing
 // after gives, for one 16-bit gradient alone, one fp32 gradient and a mix, over several blocks,
 // a last partial block, and a range cut in two pieces that are not whole blocks, with an
-// infinity, a NaN and a value beyond the 16-bit formats' range among the gradients.
+// infinity, a NaN and a value beyond the 16-bit formats' range among the gradients. The same
+// holds with every gradient, fp32 ones too, scattered over uneven pieces that the update gathers.
 TEST_P(OptimizerTest, SixteenBitGradientsAndWeightsEqualWideningFirst) {
   constexpr size_t n = 3 * kGradientBlock + 123;
   constexpr size_t cut = kGradientBlock + 1000;
@@ -194,77 +211,89 @@ TEST_P(OptimizerTest, SixteenBitGradientsAndWeightsEqualWideningFirst) {
       {FloatFormat::kFp32},
       {FloatFormat::kBf16, FloatFormat::kFp32, FloatFormat::kFp16}};
   for (const std::vector<FloatFormat>& formats : mixes) {
-    for (FloatFormat pulled : {FloatFormat::kBf16, FloatFormat::kFp16}) {
-      absl::StatusOr<std::unique_ptr<Optimizer>> rule =
-          CreateOptimizer(GetParam().rule, GetParam().params);
-      ASSERT_TRUE(rule.ok()) << rule.status();
-      const size_t slots = static_cast<size_t>((*rule)->state_slots());
-      std::mt19937 rng(5);
-      std::normal_distribution<float> normal;
-      // [0]: the fused update, [1]: the reference (fp32 gradients, narrowed afterwards).
-      std::vector<float> weights[2], state[2];
-      std::vector<float*> state_slots[2];
-      for (int k = 0; k < 2; ++k) {
-        weights[k].resize(n);
-        state[k].resize(n * slots);
-        for (size_t s = 0; s < slots; ++s) state_slots[k].push_back(state[k].data() + s * n);
-      }
-      for (size_t i = 0; i < n; ++i) weights[0][i] = weights[1][i] = normal(rng);
-      (*rule)->InitializeState(state_slots[0], n);
-      (*rule)->InitializeState(state_slots[1], n);
-      std::vector<uint16_t> narrow_out(n), expected_out(n);
-      for (uint64_t step = 0; step < 3; ++step) {
-        std::vector<std::vector<float>> wide(formats.size(), std::vector<float>(n));
-        std::vector<std::vector<uint16_t>> narrow(formats.size(), std::vector<uint16_t>(n));
-        std::vector<const float*> fused_gradients, reference_gradients;
-        std::vector<NarrowGradient> narrow_gradients;
-        for (size_t r = 0; r < formats.size(); ++r) {
-          for (size_t i = 0; i < n; ++i) wide[r][i] = normal(rng);
-          wide[r][7] = std::numeric_limits<float>::infinity();
-          wide[r][kGradientBlock + 5] = std::numeric_limits<float>::quiet_NaN();
-          wide[r][n - 2] = -3.4e38f;
-          if (formats[r] != FloatFormat::kFp32) {
-            ConvertFloats(wide[r].data(), FloatFormat::kFp32, narrow[r].data(), formats[r], n);
-            ConvertFloats(narrow[r].data(), formats[r], wide[r].data(), FloatFormat::kFp32, n);
-          }
-          const bool is_narrow = formats[r] != FloatFormat::kFp32;
-          fused_gradients.push_back(is_narrow ? nullptr : wide[r].data());
-          narrow_gradients.push_back(is_narrow ? NarrowGradient{narrow[r].data(), formats[r]}
-                                               : NarrowGradient{});
-          reference_gradients.push_back(wide[r].data());
+    for (const bool scattered : {false, true}) {
+      for (FloatFormat pulled : {FloatFormat::kBf16, FloatFormat::kFp16}) {
+        absl::StatusOr<std::unique_ptr<Optimizer>> rule =
+            CreateOptimizer(GetParam().rule, GetParam().params);
+        ASSERT_TRUE(rule.ok()) << rule.status();
+        const size_t slots = static_cast<size_t>((*rule)->state_slots());
+        std::mt19937 rng(5);
+        std::normal_distribution<float> normal;
+        // [0]: the fused update, [1]: the reference (fp32 gradients, narrowed afterwards).
+        std::vector<float> weights[2], state[2];
+        std::vector<float*> state_slots[2];
+        for (int k = 0; k < 2; ++k) {
+          weights[k].resize(n);
+          state[k].resize(n * slots);
+          for (size_t s = 0; s < slots; ++s) state_slots[k].push_back(state[k].data() + s * n);
         }
-        std::vector<float> sums[2] = {std::vector<float>(n), std::vector<float>(n)};
-        UpdateArgs args;
-        args.weights_in = weights[0].data();
-        args.weights_out = weights[0].data();
-        args.gradients = fused_gradients;
-        args.narrow_gradients = narrow_gradients;
-        args.state = state_slots[0];
-        args.size = n;
-        args.step = step;
-        if (formats.size() > 1) args.gradient_sum_out = sums[0].data();
-        args.narrow_weights_out = narrow_out.data();
-        args.narrow_format = pulled;
-        UpdateRange(**rule, args, 0, cut);
-        UpdateRange(**rule, args, cut, n);
+        for (size_t i = 0; i < n; ++i) weights[0][i] = weights[1][i] = normal(rng);
+        (*rule)->InitializeState(state_slots[0], n);
+        (*rule)->InitializeState(state_slots[1], n);
+        std::vector<uint16_t> narrow_out(n), expected_out(n);
+        for (uint64_t step = 0; step < 3; ++step) {
+          std::vector<std::vector<float>> wide(formats.size(), std::vector<float>(n));
+          std::vector<std::vector<uint16_t>> narrow(formats.size(), std::vector<uint16_t>(n));
+          std::vector<const float*> fused_gradients, reference_gradients;
+          std::vector<StreamedGradient> streamed_gradients;
+          std::vector<std::vector<absl::Span<const uint8_t>>> pieces(formats.size());
+          for (size_t r = 0; r < formats.size(); ++r) {
+            for (size_t i = 0; i < n; ++i) wide[r][i] = normal(rng);
+            wide[r][7] = std::numeric_limits<float>::infinity();
+            wide[r][kGradientBlock + 5] = std::numeric_limits<float>::quiet_NaN();
+            wide[r][n - 2] = -3.4e38f;
+            if (formats[r] != FloatFormat::kFp32) {
+              ConvertFloats(wide[r].data(), FloatFormat::kFp32, narrow[r].data(), formats[r], n);
+              ConvertFloats(narrow[r].data(), formats[r], wide[r].data(), FloatFormat::kFp32, n);
+            }
+            const bool is_narrow = formats[r] != FloatFormat::kFp32;
+            StreamedGradient streamed;
+            if (scattered) {
+              pieces[r] = is_narrow ? UnevenPieces(narrow[r].data(), n * sizeof(uint16_t))
+                                    : UnevenPieces(wide[r].data(), n * sizeof(float));
+              streamed.pieces = pieces[r];
+              streamed.format = formats[r];
+            } else if (is_narrow) {
+              streamed = StreamedGradient{narrow[r].data(), formats[r]};
+            }
+            fused_gradients.push_back(is_narrow || scattered ? nullptr : wide[r].data());
+            streamed_gradients.push_back(streamed);
+            reference_gradients.push_back(wide[r].data());
+          }
+          std::vector<float> sums[2] = {std::vector<float>(n), std::vector<float>(n)};
+          UpdateArgs args;
+          args.weights_in = weights[0].data();
+          args.weights_out = weights[0].data();
+          args.gradients = fused_gradients;
+          args.streamed_gradients = streamed_gradients;
+          args.state = state_slots[0];
+          args.size = n;
+          args.step = step;
+          if (formats.size() > 1) args.gradient_sum_out = sums[0].data();
+          args.narrow_weights_out = narrow_out.data();
+          args.narrow_format = pulled;
+          UpdateRange(**rule, args, 0, cut);
+          UpdateRange(**rule, args, cut, n);
 
-        UpdateArgs reference = args;
-        reference.weights_in = weights[1].data();
-        reference.weights_out = weights[1].data();
-        reference.gradients = reference_gradients;
-        reference.narrow_gradients = {};
-        reference.state = state_slots[1];
-        if (formats.size() > 1) reference.gradient_sum_out = sums[1].data();
-        reference.narrow_weights_out = nullptr;
-        (*rule)->Update(reference);
-        ConvertFloats(weights[1].data(), FloatFormat::kFp32, expected_out.data(), pulled, n);
+          UpdateArgs reference = args;
+          reference.weights_in = weights[1].data();
+          reference.weights_out = weights[1].data();
+          reference.gradients = reference_gradients;
+          reference.streamed_gradients = {};
+          reference.state = state_slots[1];
+          if (formats.size() > 1) reference.gradient_sum_out = sums[1].data();
+          reference.narrow_weights_out = nullptr;
+          (*rule)->Update(reference);
+          ConvertFloats(weights[1].data(), FloatFormat::kFp32, expected_out.data(), pulled, n);
 
-        const std::string what = GetParam().name + ", " + std::to_string(formats.size()) +
-                                 " gradients, step " + std::to_string(step);
-        ASSERT_TRUE(SameBits(weights[0], weights[1])) << what;
-        ASSERT_TRUE(SameBits(state[0], state[1])) << what;
-        ASSERT_EQ(narrow_out, expected_out) << what;
-        ASSERT_TRUE(SameBits(sums[0], sums[1])) << what;
+          const std::string what = GetParam().name + ", " + std::to_string(formats.size()) +
+                                   (scattered ? " scattered" : "") + " gradients, step " +
+                                   std::to_string(step);
+          ASSERT_TRUE(SameBits(weights[0], weights[1])) << what;
+          ASSERT_TRUE(SameBits(state[0], state[1])) << what;
+          ASSERT_EQ(narrow_out, expected_out) << what;
+          ASSERT_TRUE(SameBits(sums[0], sums[1])) << what;
+        }
       }
     }
   }

@@ -60,21 +60,22 @@ class PartitionTest : public ::testing::Test {
   std::shared_ptr<const Optimizer> optimizer_;
 };
 
-// A payload split into odd-sized, unaligned pieces, as received network buffers can be.
+// A payload split into odd-sized, unaligned pieces, as received network buffers can be; like
+// them it owns its bytes (a partition may keep a gradient until its step is applied).
 template <typename T>
-Payload Fragmented(const std::vector<T>& values, std::vector<std::string>* storage) {
+Payload Fragmented(const std::vector<T>& values) {
   const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-  Payload payload;
+  auto storage = std::make_shared<std::vector<std::string>>();
   for (size_t offset = 0; offset < bytes.size(); offset += 7) {
     std::string piece(1, ' ');  // leading byte: misaligned
     piece.append(bytes, offset, 7);
     storage->push_back(std::move(piece));
   }
+  std::vector<transport::ByteSpan> segments;
   for (const std::string& piece : *storage) {
-    payload.Append(Payload::Borrow(
-        transport::ByteSpan(reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1)));
+    segments.emplace_back(reinterpret_cast<const uint8_t*>(piece.data()) + 1, piece.size() - 1);
   }
-  return payload;
+  return Payload::FromSegments(segments, storage);
 }
 
 TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
@@ -93,9 +94,7 @@ TEST_F(PartitionTest, BspResultDoesNotDependOnArrivalOrder) {
   do {
     auto partition = Make(hetps::v1::SYNC_MODE_BSP, workers, n);
     for (uint32_t rank : order) {
-      std::vector<std::string> storage;
-      ASSERT_OK(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32,
-                                Fragmented(grads[rank], &storage)));
+      ASSERT_OK(partition->Push({rank, kRun, 0, 0}, FloatFormat::kFp32, Fragmented(grads[rank])));
       EXPECT_EQ(partition->version(), rank == order.back() ? 1u : 0u);
     }
     std::vector<float> result = Read(*partition);
@@ -261,8 +260,8 @@ TEST_F(PartitionTest, SixteenBitGradientsAreWidenedExactly) {
   }
   ASSERT_OK(partition->Push({0, kRun, 0, 0}, FloatFormat::kBf16,
                             Payload::Borrow(AsBytes(absl::MakeConstSpan(bf16)))));
-  std::vector<std::string> storage;  // fp16 arriving in unaligned fragments
-  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp16, Fragmented(fp16, &storage)));
+  // fp16 arriving in unaligned fragments
+  ASSERT_OK(partition->Push({1, kRun, 0, 0}, FloatFormat::kFp16, Fragmented(fp16)));
   EXPECT_EQ(Read(*partition), expected);
 }
 
@@ -305,9 +304,8 @@ TEST_F(PartitionTest, SixteenBitStepsAcrossBlocksEqualWideningFirst) {
         bf16[i] = Fp32ToBf16(std::sin(static_cast<float>(i * (rank + 1) + step)));
         widened[i] = Bf16ToFp32(bf16[i]);
       }
-      std::vector<std::string> storage;
-      Payload wire = rank == 0 ? Payload::Copy(AsBytes(absl::MakeConstSpan(bf16)))
-                               : Fragmented(bf16, &storage);
+      Payload wire =
+          rank == 0 ? Payload::Copy(AsBytes(absl::MakeConstSpan(bf16))) : Fragmented(bf16);
       ASSERT_OK(fused->Push({rank, kRun, step, 0}, FloatFormat::kBf16, std::move(wire)));
       ASSERT_OK(reference->Push({rank, kRun, step, 0}, FloatFormat::kFp32,
                                 Payload::Copy(AsBytes(absl::MakeConstSpan(widened)))));
