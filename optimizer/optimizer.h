@@ -47,8 +47,8 @@ struct UpdateArgs {
   // Current weights. May equal weights_out (in-place update).
   const float* weights_in = nullptr;
   float* weights_out = nullptr;
-  // The gradients to apply, summed in this order. At least one. A null one is in 16 bits, in
-  // streamed_gradients below.
+  // The gradients to apply, summed in this order. At least one. A null one is in 16 bits or
+  // scattered, in streamed_gradients below.
   absl::Span<const float* const> gradients;
   // state_slots() arrays of `size` floats each, set by InitializeState before the first step.
   absl::Span<float* const> state;

@@ -148,8 +148,9 @@ class Partition {
   //
   // Takes a worker's gradient (num_elements() values in `format`), which BSP keeps until its
   // step is applied: `gradient` must own what it refers to, as a received payload does.
-  // ResourceExhausted if it cannot be held, or one of the refusals above; nothing changes then. Returns the version a
-  // replicated partition must serve before the push is acknowledged (AckWhenReplicated).
+  // ResourceExhausted if it cannot be held, or one of the refusals above; nothing changes then.
+  // Returns the version a replicated partition must serve before the push is acknowledged
+  // (AckWhenReplicated).
   // REQUIRES: origin.rank < num_workers.
   absl::StatusOr<uint64_t> Push(const PushOrigin& origin, FloatFormat format,
                                 transport::Payload gradient);
@@ -234,7 +235,9 @@ class Partition {
   struct HeldGradient {
     transport::Payload payload;
     AlignedBuffer copy;
-    const float* data = nullptr;              // fp32 values; null while `payload` holds 16-bit ones
+    // Contiguous fp32 values; null while `payload` holds 16-bit or scattered ones (the update
+    // reads those as it goes).
+    const float* data = nullptr;
     FloatFormat format = FloatFormat::kFp32;  // of `payload`
     bool held = false;
   };
