@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_assertions.h"
+#include "tests/testing/subprocess.h"
 
 namespace hetps {
 namespace {
@@ -16,11 +17,14 @@ class AuthTokenTest : public ::testing::Test {
   void SetUp() override { unsetenv(kAuthTokenEnvironment); }
   void TearDown() override { unsetenv(kAuthTokenEnvironment); }
 
+  // In a directory of this test's own: the tests run side by side.
   std::string WriteFile(const std::string& contents) {
-    const std::string path = ::testing::TempDir() + "/token";
+    const std::string path = dir_.path() + "/token";
     std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
     return path;
   }
+
+  const testing::ScopedTempDir dir_;
 };
 
 TEST_F(AuthTokenTest, AFileWinsOverTheEnvironmentAndLosesItsNewline) {

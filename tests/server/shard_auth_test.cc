@@ -13,6 +13,7 @@
 #include "proto/ps.pb.h"
 #include "tests/testing/call.h"
 #include "tests/testing/status_assertions.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 
@@ -86,7 +87,9 @@ TEST_P(ShardAuthTest, OnlyConnectionsWithTheTokenAreServed) {
 
 TEST_P(ShardAuthTest, AClientReadsTheTokenFromItsFileOrTheEnvironment) {
   ClientOptions options = cluster_->ClientOptionsFor(0);
-  const std::string file = ::testing::TempDir() + "/job.token";
+  // A directory of this test's own: the instances for each transport run side by side.
+  const testing::ScopedTempDir dir;
+  const std::string file = dir.path() + "/job.token";
   std::ofstream(file, std::ios::trunc) << kToken << "\n";
   options.auth_token_file = file;
   auto client = Client::Create(options);
