@@ -137,11 +137,14 @@ for _ in $(seq "$ROUNDS"); do
   for transport in $TRANSPORTS; do hetps "$transport"; done
 done
 
+# Whether a transport of TRANSPORTS rides TCP, so has a ratio to the raw TCP round trip.
+rides_tcp() { [[ "$1" == grpc* || "$1" == ucx-tcp ]]; }
+
 header=$(printf '%5s | %10s %9s' size "ps-lite" "tcp")
 for transport in $TRANSPORTS; do
   header+=$(printf ' | %8s p50 %6s' "$transport" "x")
   [[ "$transport" == grpc* ]] && header+=$(printf ' %7s' "x floor")
-  [[ "$transport" == grpc* || "$transport" == ucx-tcp ]] && header+=$(printf ' %5s' "x tcp")
+  rides_tcp "$transport" && header+=$(printf ' %5s' "x tcp")
 done
 echo "$header"
 latency_panel="push+pull p50 (us), one worker, one server"
@@ -165,7 +168,7 @@ for size in "${SIZES[@]}"; do
       read -r floor _ < <(stats "$WORK/$transport" "$size" 3)
       row+=$(awk -v p="$p50" -v f="$floor" 'BEGIN { printf " %7.2f", p / f }')
     fi
-    if [[ "$transport" == grpc* || "$transport" == ucx-tcp ]]; then
+    if rides_tcp "$transport"; then
       row+=$(awk -v p="$p50" -v f="$tcp_p50" 'BEGIN { printf " %5.2f", p / f }')
     fi
   done
