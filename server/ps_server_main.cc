@@ -38,7 +38,7 @@ ABSL_FLAG(int, port, 0, "Port to listen on; 0 picks a free one (see --port_file)
 ABSL_FLAG(std::string, port_file, "",
           "If set, the chosen port is written to this file once the server accepts workers");
 ABSL_FLAG(int, grpc_bulk_port, 0,
-          "gRPC: port of a second connection for operations that move 64 MiB or more to the "
+          "gRPC: port of a second connection for operations that move 16 MiB or more to the "
           "shard at once, used by workers on this machine (they learn it when they connect); 0 "
           "picks a free one; -1: none, every call on --port");
 ABSL_FLAG(int, metrics_port, -1,

@@ -49,7 +49,7 @@ struct Request {
   ResponseSink response_sink;
   // Client side, optional: the payload bytes that this call and the calls issued with it to the
   // same server move, one way (a client operation's messages to one shard); 0: this call's
-  // own. gRPC sends bursts of 64 MiB or more on a connection of their own
+  // own. gRPC sends bursts of 16 MiB or more on a connection of their own
   // (TransportOptions::grpc_bulk_port).
   size_t burst_bytes = 0;
 };
@@ -179,7 +179,7 @@ struct TransportOptions {
   std::string tls_key_file;
   std::string tls_ca_file;
 
-  // gRPC, server side: bursts of calls that move 64 MiB or more (Request::burst_bytes) travel
+  // gRPC, server side: bursts of calls that move 16 MiB or more (Request::burst_bytes) travel
   // on a second connection, to this port (0: any free one; -1: none, they share the first
   // connection). It runs without gRPC's bandwidth-delay probe, under which transfers with tens
   // of MiB in flight stall, while the first keeps it, which moves a few MiB faster and whose

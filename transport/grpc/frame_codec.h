@@ -32,7 +32,7 @@ inline constexpr char kGreetingMetadata[] = "hetps-greeting-bin";
 inline constexpr char kBulkPortMetadata[] = "hetps-bulk-port";
 // Bursts of calls (Request::burst_bytes) that move at least this many bytes one way take the
 // bulk connection.
-inline constexpr size_t kBulkBurstBytes = 64 << 20;
+inline constexpr size_t kBulkBurstBytes = 16 << 20;
 
 // gRPC channel arguments for TransportOptions' keepalive and idle settings, on either end.
 std::vector<std::pair<const char*, int>> KeepaliveArguments(const TransportOptions& options,
