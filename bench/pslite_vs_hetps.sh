@@ -15,6 +15,7 @@
 #   bench/pslite_vs_hetps.sh <ps-lite source> [build dir]
 #   ROUNDS=5 TRANSPORTS="grpc ucx" SIZE_B=4K SIZE_E=64M bench/pslite_vs_hetps.sh ~/ps-lite build
 #   PLOT=pslite.svg bench/pslite_vs_hetps.sh ~/ps-lite build   # also draws the medians (ps-plot)
+#   PARTITION_BYTES=524288 bench/pslite_vs_hetps.sh ~/ps-lite build   # hetps's partition size
 #
 # Per size, medians over the rounds: ps-lite's push+pull p50; per hetps transport its p50 and
 # the speed-up over ps-lite (ps-lite p50 / hetps p50: above 1, hetps is faster); for gRPC also
@@ -31,6 +32,7 @@ TRANSPORTS="${TRANSPORTS:-grpc ucx-tcp ucx}"
 SIZE_B="${SIZE_B:-4K}"
 SIZE_E="${SIZE_E:-64M}"
 DURATION_S="${DURATION_S:-0.5}"
+PARTITION_BYTES="${PARTITION_BYTES:-}"  # empty: ps-bench's default (ClientOptions::partition_bytes)
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
 PS_PLOT="$BUILD/bench/ps-plot"
@@ -117,7 +119,8 @@ hetps() {
   for _ in $(seq 100); do [[ -s "$WORK/port" ]] && break; sleep 0.05; done
   env $env taskset -c "$CLIENT_CPU" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
     --transport="$transport" --op=pushpull --optimizer=sum -b "$SIZE_B" -e "$SIZE_E" -f 4 \
-    --duration_s="$DURATION_S" --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
+    --duration_s="$DURATION_S" ${PARTITION_BYTES:+--partition_bytes="$PARTITION_BYTES"} \
+    --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
     { cat "$WORK/bench.log" >&2; exit 1; }
   kill "${PIDS[0]}"; wait "${PIDS[0]}" 2>/dev/null || true
   PIDS=()
@@ -175,7 +178,8 @@ for size in "${SIZES[@]}"; do
   echo "$row"
 done
 echo "p50: push+pull median over $ROUNDS rounds (us); x: ps-lite p50 / hetps p50 (above 1: hetps faster)"
-echo "x floor: hetps gRPC p50 / the raw gRPC round trip with the same payload"
+echo "x floor: hetps gRPC p50 / the raw gRPC round trip with the same payload (in partition-sized messages)"
+echo "hetps's partitions: ${PARTITION_BYTES:-4194304 (ps-bench default)} bytes"
 echo "tcp: the raw TCP round trip over one connection (tcp-pingpong p50, us); x tcp: hetps p50 / it"
 echo "server side on CPU $SERVER_CPU, worker on CPU $CLIENT_CPU"
 draw_plot "$BUILD" "$WORK/plot.tsv"
