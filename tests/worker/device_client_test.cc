@@ -3,7 +3,6 @@
 #include "worker/device_client.h"
 
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/status_assertions.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/transports.h"
 #include "worker/device/copy_engine.h"
@@ -394,7 +394,8 @@ TEST(DeviceClientErrorTest, CudaMemoryWithoutADeviceIsAClearError) {
 }
 
 TEST(LocalGroupTest, IdFileThatNeverAppearsEndsAtTheDeadline) {
-  const std::string path = ::testing::TempDir() + "/never-written.nccl-id";
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/never-written.nccl-id";
   const absl::Time start = absl::Now();
   auto id = LocalGroup::IdThroughFile(path, 1, start + absl::Milliseconds(200));
   EXPECT_EQ(id.status().code(), absl::StatusCode::kDeadlineExceeded) << id.status();
@@ -402,8 +403,9 @@ TEST(LocalGroupTest, IdFileThatNeverAppearsEndsAtTheDeadline) {
 }
 
 TEST(LocalGroupTest, IdFileCarriesRankZerosIdToTheOthers) {
-  const std::string path = ::testing::TempDir() + "/group.nccl-id";
-  std::remove(path.c_str());
+  // A directory of this test's own: another run beside it must not read or replace its file.
+  const testing::ScopedTempDir dir;
+  const std::string path = dir.path() + "/group.nccl-id";
   auto written = LocalGroup::IdThroughFile(path, 0, absl::Now() + absl::Seconds(5));
   if (!written.ok()) {
     // Builds without NCCL say so; with NCCL, making an id needs no GPU.
@@ -413,7 +415,6 @@ TEST(LocalGroupTest, IdFileCarriesRankZerosIdToTheOthers) {
   auto read = LocalGroup::IdThroughFile(path, 1, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, *written);
-  std::remove(path.c_str());
 }
 
 TEST(LocalGroupTest, JoiningWithoutAGpuIsAClearError) {
