@@ -25,6 +25,8 @@
 #   PIN=0 ROUNDS=8 TRANSPORTS=shm bench/ucx_vs_raw.sh build   # hetps unpinned: where the
 #                                   # scheduler places each thread, as a co-located job runs
 #   PLOT=ucx_vs_raw.svg bench/ucx_vs_raw.sh build   # also draws the medians (ps-plot)
+#   PARTITION_BYTES=524288 bench/ucx_vs_raw.sh build   # hetps's partition size (ps-bench's
+#                                   # default otherwise)
 #   TCP_CC=reno TRANSPORTS=tcp bench/ucx_vs_raw.sh build   # every process in a network
 #                                   # namespace of the run's own whose TCP uses this congestion
 #                                   # control (root; the host's is printed at the end): loopback
@@ -47,6 +49,7 @@ LAT_TIME_US="${LAT_TIME_US:-200000}"
 LAT_ITERS_MAX="${LAT_ITERS_MAX:-20000}"
 BW_ITERS="${BW_ITERS:-40}"
 DURATION_S="${DURATION_S:-0.5}"
+PARTITION_BYTES="${PARTITION_BYTES:-}"
 PS_SERVER="$BUILD/server/ps-server"
 PS_BENCH="$BUILD/bench/ps-bench"
 PINGPONG="$BUILD/bench/ucx-pingpong"
@@ -131,7 +134,8 @@ hetps() {
   for _ in $(seq 100); do [[ -s "$WORK/port" ]] && break; sleep 0.05; done
   "${IN_NETNS[@]}" env $env "${client_pin[@]}" "$PS_BENCH" --servers="127.0.0.1:$(cat "$WORK/port")" \
     --transport=ucx --ucx_busy_poll="$busy" --op=pushpull -b "$SIZE_B" -e "$SIZE_E" -f 4 \
-    --duration_s="$DURATION_S" --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
+    --duration_s="$DURATION_S" ${PARTITION_BYTES:+--partition_bytes="$PARTITION_BYTES"} \
+    --csv="$WORK/out.csv" >"$WORK/bench.log" 2>&1 ||
     { cat "$WORK/bench.log" >&2; exit 1; }
   kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
@@ -189,6 +193,7 @@ echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every pr
 echo "        the machine's noise)"
 echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
 echo "TCP congestion control: $CC_USED"
+echo "hetps's partitions: ${PARTITION_BYTES:-4194304 (ps-bench default)} bytes"
 draw_plot "$BUILD" "$WORK/plot.tsv"
 if [[ "$PIN" == 0 ]]; then
   echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
