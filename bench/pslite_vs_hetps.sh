@@ -179,7 +179,7 @@ for size in "${SIZES[@]}"; do
 done
 echo "p50: push+pull median over $ROUNDS rounds (us); x: ps-lite p50 / hetps p50 (above 1: hetps faster)"
 echo "x floor: hetps gRPC p50 / the raw gRPC round trip with the same payload (in partition-sized messages)"
-echo "hetps's partitions: ${PARTITION_BYTES:-4194304 (ps-bench default)} bytes"
+describe_partitions "$PS_BENCH"
 echo "tcp: the raw TCP round trip over one connection (tcp-pingpong p50, us); x tcp: hetps p50 / it"
 echo "server side on CPU $SERVER_CPU, worker on CPU $CLIENT_CPU"
 draw_plot "$BUILD" "$WORK/plot.tsv"

@@ -33,3 +33,14 @@ draw_plot() {
   "$1/bench/ps-plot" --in "$2" --out "$PLOT"
   echo "plot: $PLOT"
 }
+
+# describe_partitions PS_BENCH: the partition size the sweep's ps-bench runs used, $PARTITION_BYTES
+# or, unset, ps-bench's own default (read from its --help, so the line follows the client).
+describe_partitions() {
+  if [[ -n "${PARTITION_BYTES:-}" ]]; then
+    echo "hetps's partitions: $PARTITION_BYTES bytes"
+  else
+    echo "hetps's partitions: $("$1" --help 2>&1 | awk '/--partition_bytes/ { found = 1 }
+      found && /default:/ { gsub(/[^0-9]/, ""); print; exit }') bytes (ps-bench's default)"
+  fi
+}

@@ -193,7 +193,7 @@ echo "spread: the slowest round's p50 / the fastest's (1.0: the same in every pr
 echo "        the machine's noise)"
 echo "bandwidth: hetps push+pull GB/s (both ways) / raw streamed AM bandwidth (target >= 0.6)"
 echo "TCP congestion control: $CC_USED"
-echo "hetps's partitions: ${PARTITION_BYTES:-4194304 (ps-bench default)} bytes"
+describe_partitions "$PS_BENCH"
 draw_plot "$BUILD" "$WORK/plot.tsv"
 if [[ "$PIN" == 0 ]]; then
   echo "rounds $ROUNDS, hetps unpinned; raw: server side on CPU $SERVER_CPU, client side on CPU $CLIENT_CPU"
