@@ -7,8 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <cerrno>
-#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 #include "proto/ps.pb.h"
 #include "server/request_util.h"
 #include "tests/server/shard_test_fixture.h"
+#include "tests/testing/one_cpu.h"
 #include "tests/testing/status_assertions.h"
 
 namespace hetps::server {
@@ -95,39 +95,17 @@ TEST_P(ShardThreadsTest, AnIdleShardAppliesUpToAMebibyteOnTheReceivingThread) {
 class ShardOnOneCpuTest : public ShardThreadsTest {
  protected:
   void SetUp() override {
-    ASSERT_EQ(sched_getaffinity(0, sizeof(saved_cpus_), &saved_cpus_), 0);
-    saved_policy_ = sched_getscheduler(0);
-    ASSERT_EQ(sched_getparam(0, &saved_param_), 0);
-    sched_param fifo = {};
-    fifo.sched_priority = 1;
-    if (sched_setscheduler(0, SCHED_FIFO, &fifo) != 0) {
-      GTEST_SKIP() << "this process may not use SCHED_FIFO (" << std::strerror(errno)
-                   << "), which the test needs to decide which thread runs";
-    }
-    changed_ = true;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (CPU_ISSET(cpu, &saved_cpus_)) {
-        CPU_SET(cpu, &one);
-        break;
-      }
-    }
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    one_cpu_ = std::make_unique<testing::OneCpuFifo>();
+    if (!one_cpu_->active()) GTEST_SKIP() << one_cpu_->reason();
     ShardThreadsTest::SetUp();  // the shards' threads inherit both
   }
 
   void TearDown() override {
     ShardThreadsTest::TearDown();
-    if (!changed_) return;
-    EXPECT_EQ(sched_setscheduler(0, saved_policy_, &saved_param_), 0);
-    EXPECT_EQ(sched_setaffinity(0, sizeof(saved_cpus_), &saved_cpus_), 0);
+    one_cpu_.reset();
   }
 
-  cpu_set_t saved_cpus_;
-  int saved_policy_ = SCHED_OTHER;
-  sched_param saved_param_ = {};
-  bool changed_ = false;
+  std::unique_ptr<testing::OneCpuFifo> one_cpu_;
 };
 
 // A request too large to run where it was received goes to its owner thread, which must start
