@@ -258,11 +258,9 @@ void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration 
 void UcxWorker::Run() {
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
   const int64_t poll_ns = absl::ToInt64Nanoseconds(options_.poll_before_sleep);
+  const int64_t poll_alone_ns = absl::ToInt64Nanoseconds(options_.poll_alone);
   int64_t last_activity = NowNanos();
   while (!stop_requested_.load()) {
-    // Where callers drive, whoever else wants this CPU goes first when there is nothing to do:
-    // a caller driving the worker (which is then left to it), or one about to wait.
-    const bool polite = driven_.load(std::memory_order_relaxed);
     if (drivers_.load() > 0) {
       last_activity = NowNanos();  // their calls count as activity
       sched_yield();
@@ -273,9 +271,13 @@ void UcxWorker::Run() {
       continue;
     }
     // An answer usually follows within microseconds of a message: waking up from epoll would
-    // cost more, so poll on for a while before sleeping (or for ever, busy polling).
-    if (options_.busy_poll || NowNanos() - last_activity < poll_ns) {
-      if (polite) sched_yield();
+    // cost more, so poll on for a while before sleeping (or for ever, busy polling). Whoever
+    // else wants this CPU goes first when there is nothing to do: always where callers drive
+    // (a caller driving the worker, which is then left to it, or one about to wait), otherwise
+    // once the thread has polled alone for a while.
+    const int64_t idle_ns = NowNanos() - last_activity;
+    if (options_.busy_poll || idle_ns < poll_ns) {
+      if (driven_.load(std::memory_order_relaxed) || idle_ns >= poll_alone_ns) sched_yield();
       continue;
     }
     SleepUntilEvent();

@@ -10,8 +10,9 @@
 // thread with no hand-off between threads (each costs a context switch when both share a CPU).
 // The progress thread of a worker that callers drive yields the CPU at every turn it polls with
 // nothing to do: on a CPU it shares with a driving caller it then takes almost no time, and it
-// still serves at once a caller that blocks instead. (A server's worker, which no caller
-// drives, polls without yielding: a yield costs a system call.)
+// still serves at once a caller that blocks instead. A server's worker, which no caller
+// drives, polls without yielding for UcxOptions::poll_alone after its last event (a yield
+// costs a system call), then yields too.
 //
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
