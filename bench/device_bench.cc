@@ -36,7 +36,8 @@ ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
 #else
 ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 #endif
-ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes");
+ABSL_FLAG(uint64_t, partition_bytes, hetps::ClientOptions().partition_bytes,
+          "Partition size in bytes");
 ABSL_FLAG(uint64_t, staging_mb, 256, "Pinned staging memory of the device client, MiB");
 ABSL_FLAG(double, target, 1.2, "The ratio device / max(copy, network) to meet");
 

@@ -17,6 +17,7 @@
 #include "common/memory_limit.h"
 #include "common/status_macros.h"
 #include "transport/transport.h"
+#include "worker/options.h"
 
 ABSL_FLAG(std::string, b, "4K", "Smallest message size (bytes; K, M, G allowed)");
 ABSL_FLAG(std::string, e, "16M", "Largest message size");
@@ -51,7 +52,8 @@ ABSL_FLAG(std::string, job_id, "hetps",
           "The job the shards serve (their --job_id); embedded shards serve this one");
 ABSL_FLAG(uint32_t, world_size, 1,
           "With --servers: workers in the job (the shards' --num_workers)");
-ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Client partition size (and floor message size)");
+ABSL_FLAG(uint64_t, partition_bytes, hetps::ClientOptions().partition_bytes,
+          "Client partition size (and floor message size)");
 ABSL_FLAG(double, timeout_s, 60, "Deadline of every message");
 ABSL_FLAG(std::string, json, "", "Write every figure to this JSON file");
 ABSL_FLAG(std::string, csv, "", "Write every figure to this CSV file");

@@ -85,9 +85,12 @@ struct ClientOptions {
   // Tensors are cut into partitions of at most this many bytes, spread over the shards; small
   // tensors bound for one shard are packed into messages of up to this size. A multiple of 64.
   // A shard applies each partition's update on one thread, spreading it over its threads only
-  // for partitions of 8 MiB or more. On slow links or for small models a step waits for one
-  // partition at each end of its pipeline: `ps-plan` recommends a size for a cluster.
-  size_t partition_bytes = 4 << 20;
+  // for partitions of 8 MiB or more. A partition's pull waits for its whole push, so a step
+  // waits for one partition at each end of its pipeline: 512 KiB made push+pulls of 1 to 16 MiB
+  // 1.2x to 1.8x faster than 4 MiB over every transport and kept large ones level
+  // (bench/PERFORMANCE.md); on slow links `ps-plan` recommends smaller ones. Every worker of a
+  // job, and a job restoring a checkpoint, must use the same size (shards refuse another).
+  size_t partition_bytes = 512 << 10;
   // Largest message this client sends or accepts; must match the shards' --max_message_bytes.
   size_t max_message_bytes = 64 << 20;
 };

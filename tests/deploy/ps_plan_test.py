@@ -128,8 +128,8 @@ class PsPlanTest(unittest.TestCase):
                                   "1", "--shards", "2", "--shard_nic", "1", "--partition_bytes",
                                   str(2 * partition))["options"][0]
                 self.assertGreater(twice["communication_ms"], 1.05 * twice["bound_ms"])
-        # Fast links and a large model keep the client's default, 4 MiB.
-        self.assertEqual(zone(4096, nic=100)["partition_bytes"], 4 << 20)
+        # Fast links and a large model keep the client's default, 512 KiB.
+        self.assertEqual(zone(4096, nic=100)["partition_bytes"], 512 << 10)
         # The text names the recommendation.
         text = run("--params", str(16 << 18), "--workers", "2", "--worker_nic", "1",
                    "--shards", "2", "--shard_nic", "1").stdout

@@ -367,6 +367,7 @@ TEST(SlowPeersTest, AClientThatNeverReadsItsRepliesCannotMakeTheShardQueueWithou
   options.servers = cluster.addresses();
   options.world_size = 2;
   options.transport = "grpc";
+  options.partition_bytes = kMiB;  // one partition, the one the frames below push
   auto client = Client::Create(options);
   ASSERT_TRUE(client.ok()) << client.status();
   auto id = (*client)->Declare(testing::Spec("w", kElements, 0.1, SyncMode::kAsp));

@@ -21,7 +21,8 @@ ABSL_FLAG(std::string, transport, "ucx", "ucx or grpc");
 #else
 ABSL_FLAG(std::string, transport, "grpc", "grpc (this build has no UCX)");
 #endif
-ABSL_FLAG(uint64_t, partition_bytes, 4 << 20, "Partition size in bytes (a multiple of 64)");
+ABSL_FLAG(uint64_t, partition_bytes, hetps::ClientOptions().partition_bytes,
+          "Partition size in bytes (a multiple of 64)");
 ABSL_FLAG(double, call_timeout_s, 60, "Deadline of each message to a shard, in seconds");
 ABSL_FLAG(bool, ucx_busy_poll, false,
           "UCX: spin instead of sleeping when idle; a waiting step then sends and receives its "
