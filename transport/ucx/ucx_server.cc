@@ -100,6 +100,9 @@ ucs_status_t UcxListener::Core::OnRequest(const void* header, size_t header_leng
   absl::StatusOr<UcxFrame> frame = DecodeUcxFrame(header, header_length);
   auto peer = frame.ok() ? peers.find(frame->connection_id) : peers.end();
   if (peer == peers.end()) {
+    // A client that leaves ends its bootstrap connection as it says goodbye, and the end of the
+    // bootstrap connection may drop the peer first: its goodbye then has nothing left to do.
+    if (frame.ok() && frame->method == kGoodbyeMethod) return UCS_OK;
     LogWarning("ucx: dropping a request: %s",
                frame.ok() ? "from an unknown peer" : frame.status().message());
     return UCS_OK;
