@@ -8,12 +8,23 @@ Usage: ps_plan_test.py SOURCE_DIR
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import unittest
 
 PLAN = None
+# ClientOptions::partition_bytes as worker/options.h sets it (ps-plan keeps its own copy).
+CLIENT_PARTITION_BYTES = None
+
+
+def client_partition_bytes(root):
+    with open(os.path.join(root, "worker", "options.h")) as header:
+        found = re.search(r"^\s*size_t partition_bytes = (\d+)(?: << (\d+))?;$", header.read(),
+                          re.MULTILINE)
+    assert found, "worker/options.h sets no partition_bytes default this test can read"
+    return int(found.group(1)) << int(found.group(2) or 0)
 
 
 def run(*args):
@@ -128,8 +139,8 @@ class PsPlanTest(unittest.TestCase):
                                   "1", "--shards", "2", "--shard_nic", "1", "--partition_bytes",
                                   str(2 * partition))["options"][0]
                 self.assertGreater(twice["communication_ms"], 1.05 * twice["bound_ms"])
-        # Fast links and a large model keep the client's default, 512 KiB.
-        self.assertEqual(zone(4096, nic=100)["partition_bytes"], 512 << 10)
+        # Fast links and a large model keep the client's default (ClientOptions, 512 KiB).
+        self.assertEqual(zone(4096, nic=100)["partition_bytes"], CLIENT_PARTITION_BYTES)
         # The text names the recommendation.
         text = run("--params", str(16 << 18), "--workers", "2", "--worker_nic", "1",
                    "--shards", "2", "--shard_nic", "1").stdout
@@ -175,5 +186,7 @@ class PsPlanTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    PLAN = os.path.join(sys.argv.pop(1), "deploy", "plan", "ps-plan")
+    ROOT = sys.argv.pop(1)
+    PLAN = os.path.join(ROOT, "deploy", "plan", "ps-plan")
+    CLIENT_PARTITION_BYTES = client_partition_bytes(ROOT)
     unittest.main()
