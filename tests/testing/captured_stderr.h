@@ -3,10 +3,10 @@
 #ifndef HETPS_TESTS_TESTING_CAPTURED_STDERR_H_
 #define HETPS_TESTS_TESTING_CAPTURED_STDERR_H_
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "gtest/gtest.h"

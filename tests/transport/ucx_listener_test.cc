@@ -304,9 +304,11 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
     UcxFrame frame;
     frame.connection_id = server.connection_id();
     frame.method = kGoodbyeMethod;
-    ucx_internal::SendFrame(client, ep, kRequestAm, frame, Payload(), false, [](ucs_status_t) {});
+    ucx_internal::SendFrame(client, ep, kRequestAm, frame, Payload(), /*eager=*/false,
+                            [](ucs_status_t) {});
     frame.method = kEcho;  // after the goodbye on the same endpoint: it arrives after it
-    ucx_internal::SendFrame(client, ep, kRequestAm, frame, Payload(), false, [](ucs_status_t) {});
+    ucx_internal::SendFrame(client, ep, kRequestAm, frame, Payload(), /*eager=*/false,
+                            [](ucs_status_t) {});
   }));
   const std::string warning = "dropping a request: from an unknown peer";
   auto warnings = [&] {
