@@ -244,7 +244,7 @@ bool RunOn(ucx_internal::UcxWorker& worker, absl::AnyInvocable<void()> task) {
 
 // A client that leaves says goodbye over UCX as its bootstrap connection (gRPC) ends, and the
 // server may see the end of that connection first and drop the peer: the goodbye that comes
-// after is no news, and is not warned about (it was, in most runs of an embedded ps-bench).
+// after is no news, and is not warned about (it was, at the end of some embedded ps-bench runs).
 // Any other request from an unknown peer still is. The client here is made by hand, so that
 // its goodbye goes after the server has dropped it.
 TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
