@@ -15,6 +15,7 @@
 #include "tests/testing/await_condition.h"
 #include "tests/testing/call.h"
 #include "tests/testing/captured_stderr.h"
+#include "tests/testing/one_cpu.h"
 #include "tests/testing/status_assertions.h"
 #include "tests/testing/transports.h"
 #include "tests/transport/test_handler.h"
@@ -325,6 +326,41 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
   EXPECT_TRUE(
       RunOn(client, [&] { ucx_internal::CloseEndpoint(client, ep, ucx_internal::kCloseWait); }));
   client.Stop();
+  (*listener)->Shutdown();
+}
+
+// A worker and a shard on one CPU (more busy threads than CPUs): each side's spin only keeps
+// the other from answering, so after a call or two each hands the CPU over soon (SpinPacer on
+// the shard, DriveWindow on the caller) instead of spinning its window out. Under SCHED_FIFO
+// on one CPU a spinning thread keeps the CPU until it yields or blocks, so with windows of
+// 300 ms a call takes at least 300 ms where either side spins its window, a few hand-overs
+// where neither does.
+TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
+  testing::OneCpuFifo one_cpu;
+  if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
+  constexpr absl::Duration kWindow = absl::Milliseconds(300);
+  UcxOptions server_options;
+  server_options.poll_alone = kWindow;
+  server_options.server_poll_before_sleep = 3 * kWindow;
+  UcxOptions client_options;
+  client_options.poll_before_sleep = kWindow;
+  std::shared_ptr<Transport> server = NewUcxTransport(server_options);
+  std::shared_ptr<Transport> client = NewUcxTransport(client_options);
+  TestHandler handler;
+  auto listener = server->Listen("127.0.0.1:0", &handler);
+  ASSERT_OK(listener);
+  auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+  ASSERT_OK(connection);
+  // The first calls spin their windows out: that is what shows a shared CPU.
+  for (int call = 0; call < 2; ++call) {
+    ASSERT_OK(CallAndWait(**connection, MakeRequest(kEcho, "learn"), client.get()));
+  }
+  for (int call = 0; call < 5; ++call) {
+    const absl::Time start = absl::Now();
+    ASSERT_OK(CallAndWait(**connection, MakeRequest(kEcho, "handed over"), client.get()));
+    EXPECT_LT(absl::Now() - start, kWindow / 2) << "call " << call;
+  }
+  (*connection)->Shutdown();
   (*listener)->Shutdown();
 }
 

@@ -83,27 +83,45 @@ class UcxTransport final : public Transport {
   }
 
   // Drives for as long as a progress thread would poll: until done with busy polling, else
-  // for the poll window before sleeping (the caller then blocks).
+  // for the poll window before sleeping (the caller then blocks; DriveWindow shortens it where
+  // the answer cannot come while the caller spins).
   bool Drive(absl::FunctionRef<bool()> done) override {
     if (done()) return true;
-    const int64_t give_up = options_.busy_poll
-                                ? std::numeric_limits<int64_t>::max()
-                                : NowNanos() + absl::ToInt64Nanoseconds(options_.poll_before_sleep);
+    // What a thread's waits learned is its own, as the CPU it runs on is.
+    thread_local ucx_internal::DriveWindow window;
+    int64_t last_event = NowNanos();
+    const int64_t give_up =
+        options_.busy_poll
+            ? std::numeric_limits<int64_t>::max()
+            : last_event + window.Begin(absl::ToInt64Nanoseconds(options_.poll_before_sleep));
     const ClientWorkers workers = DrivenWorkers();
     bool driving = !workers.empty();
+    bool progressed = false;
+    int64_t idle_at_give_up = 0;
     // The clock is read every few rounds only: on some VMs a read costs as much as a round.
     for (uint32_t round = 1; driving && !done(); ++round) {
-      if (round % 8 == 0 && NowNanos() >= give_up) break;
+      if (round % 8 == 0) {
+        const int64_t now = NowNanos();
+        if (progressed) last_event = now;
+        progressed = false;
+        if (now >= give_up) {
+          idle_at_give_up = now - last_event;
+          break;
+        }
+      }
       driving = false;
-      for (ucx_internal::UcxWorker* worker : workers) driving |= worker->DriveOnce();
+      for (ucx_internal::UcxWorker* worker : workers) driving |= worker->DriveOnce(&progressed);
     }
     for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
-    return done();
+    const bool finished = done();
+    if (!options_.busy_poll) window.End(finished, idle_at_give_up);
+    return finished;
   }
 
   void Progress() override {
     const ClientWorkers workers = DrivenWorkers();
-    for (ucx_internal::UcxWorker* worker : workers) worker->DriveOnce();
+    bool progressed = false;
+    for (ucx_internal::UcxWorker* worker : workers) worker->DriveOnce(&progressed);
     for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
   }
 

@@ -190,13 +190,13 @@ void UcxWorker::LeaveHere() {
   ucx_mu_.Unlock();
 }
 
-bool UcxWorker::DriveOnce() {
+bool UcxWorker::DriveOnce(bool* progressed) {
   if (held_worker == this) return false;
   absl::MutexLock lock(&ucx_mu_);
   if (released_) return false;
   Holding holding(this);
-  RunTasks();
-  Progress();
+  const bool ran = RunTasks();
+  if (Progress() != 0 || ran) *progressed = true;
   return true;
 }
 
@@ -258,7 +258,7 @@ void UcxWorker::ProgressUntil(const std::function<bool()>& done, absl::Duration 
 void UcxWorker::Run() {
   pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
   const int64_t poll_ns = absl::ToInt64Nanoseconds(options_.poll_before_sleep);
-  const int64_t poll_alone_ns = absl::ToInt64Nanoseconds(options_.poll_alone);
+  SpinPacer alone(absl::ToInt64Nanoseconds(options_.poll_alone));
   int64_t last_activity = NowNanos();
   while (!stop_requested_.load()) {
     if (drivers_.load() > 0) {
@@ -267,6 +267,7 @@ void UcxWorker::Run() {
       continue;
     }
     if (ProgressOnce()) {
+      alone.OnEvent();
       last_activity = NowNanos();
       continue;
     }
@@ -274,13 +275,19 @@ void UcxWorker::Run() {
     // cost more, so poll on for a while before sleeping (or for ever, busy polling). Whoever
     // else wants this CPU goes first when there is nothing to do: always where callers drive
     // (a caller driving the worker, which is then left to it, or one about to wait), otherwise
-    // once the thread has polled alone for a while.
+    // once the thread has polled alone for a while (SpinPacer: less where a thread waits for
+    // this CPU).
     const int64_t idle_ns = NowNanos() - last_activity;
     if (options_.busy_poll || idle_ns < poll_ns) {
-      if (driven_.load(std::memory_order_relaxed) || idle_ns >= poll_alone_ns) sched_yield();
+      if (driven_.load(std::memory_order_relaxed)) {
+        sched_yield();
+      } else if (idle_ns >= alone.spin_ns()) {
+        alone.Yield();
+      }
       continue;
     }
     SleepUntilEvent();
+    alone.Restart();
     last_activity = NowNanos();
   }
   Release();

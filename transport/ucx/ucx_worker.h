@@ -12,7 +12,8 @@
 // nothing to do: on a CPU it shares with a driving caller it then takes almost no time, and it
 // still serves at once a caller that blocks instead. A server's worker, which no caller
 // drives, polls without yielding for UcxOptions::poll_alone after its last event (a yield
-// costs a system call), then yields too.
+// costs a system call), then yields too; less where its yields show a thread waiting for its
+// CPU (SpinPacer).
 //
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
@@ -40,6 +41,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/payload.h"
+#include "transport/ucx/spin_pacer.h"
 #include "transport/ucx/ucx_frame.h"
 #include "transport/ucx/ucx_transport.h"
 
@@ -89,12 +91,13 @@ class UcxWorker {
   // A caller about to wait for its calls drives the worker: BeginDriving, DriveOnce until its
   // calls are done (or it gives up), EndDriving. DriveOnce runs posted tasks and progresses
   // once, holding the worker (waiting while another driver holds it); false when it cannot
-  // (the worker stopped, or the calling thread holds it already: a callback must not wait).
+  // (the worker stopped, or the calling thread holds it already: a callback must not wait);
+  // sets `*progressed` when anything happened (a task ran, UCX had events).
   void BeginDriving() {
     drivers_.fetch_add(1);
     driven_.store(true, std::memory_order_relaxed);
   }
-  bool DriveOnce();
+  bool DriveOnce(bool* progressed);
   void EndDriving() { drivers_.fetch_sub(1); }
   // Runs `last` on the progress thread after the tasks already posted, then ends the thread
   // and releases UCX. Idempotent.

@@ -1,0 +1,130 @@
+// SpinPacer and DriveWindow: how long a polling thread spins before it gives up its CPU.
+#ifdef HETPS_HAVE_UCX
+#include "transport/ucx/spin_pacer.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/testing/one_cpu.h"
+
+namespace hetps::transport::ucx_internal {
+namespace {
+
+constexpr int64_t kMax = 50000;
+
+TEST(SpinPacerTest, DropsToItsMinimumOnceAYieldLetAnotherThreadRun) {
+  SpinPacer pacer(kMax);
+  EXPECT_EQ(pacer.spin_ns(), kMax);
+  pacer.OnYield(false);
+  pacer.OnEvent();
+  EXPECT_EQ(pacer.spin_ns(), kMax);
+  pacer.OnYield(true);
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+  // The event came after a yield that let another thread run: that thread may have sent it.
+  pacer.OnEvent();
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+}
+
+TEST(SpinPacerTest, DoublesBackWithEachEventThatCameWhileItsYieldsFoundTheCpuFree) {
+  SpinPacer pacer(kMax);
+  pacer.OnYield(true);
+  pacer.OnEvent();
+  int64_t expected = SpinPacer::kMinSpinNs;
+  while (expected < kMax) {
+    pacer.OnYield(false);
+    pacer.OnYield(false);
+    pacer.OnEvent();
+    expected = std::min(expected * 2, kMax);
+    EXPECT_EQ(pacer.spin_ns(), expected);
+  }
+  // A free yield and one that let another thread run since the last event: no doubling.
+  pacer.OnYield(true);
+  pacer.OnEvent();
+  pacer.OnYield(false);
+  pacer.OnYield(true);
+  pacer.OnEvent();
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+}
+
+TEST(SpinPacerTest, AnEventWithoutYieldsOrAfterASleepChangesNothing) {
+  SpinPacer pacer(kMax);
+  pacer.OnYield(true);
+  pacer.OnEvent();
+  pacer.OnEvent();  // caught while spinning
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+  pacer.OnYield(false);
+  pacer.Restart();  // slept: the event that wakes it says nothing about the yields before
+  pacer.OnEvent();
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+}
+
+TEST(SpinPacerTest, TheMinimumIsNeverAboveTheMaximum) {
+  SpinPacer pacer(SpinPacer::kMinSpinNs / 2);
+  pacer.OnYield(true);
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs / 2);
+}
+
+// Yield() itself: under SCHED_FIFO on one CPU a yield runs the other runnable thread of the
+// same priority, and no other (normal threads wait for both), so whether one ran is decided.
+TEST(SpinPacerTest, YieldFindsWhetherAnotherThreadRan) {
+  testing::OneCpuFifo one_cpu;
+  if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
+  SpinPacer pacer(kMax);
+  for (int i = 0; i < 5; ++i) pacer.Yield();  // alone on the CPU
+  pacer.OnEvent();
+  EXPECT_EQ(pacer.spin_ns(), kMax);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> turns{0};
+  std::thread other([&] {
+    while (!stop.load()) {
+      turns.fetch_add(1);
+      sched_yield();
+    }
+  });
+  // The new thread waits for this one's CPU (same priority); the yield lets it run.
+  pacer.Yield();
+  EXPECT_GT(turns.load(), 0);
+  EXPECT_EQ(pacer.spin_ns(), SpinPacer::kMinSpinNs);
+  stop.store(true);
+  other.join();
+}
+
+TEST(DriveWindowTest, ShortAfterAFullWindowWentByWithNothingInItsSecondHalf) {
+  DriveWindow window;
+  EXPECT_EQ(window.Begin(kMax), kMax);
+  window.End(/*done=*/false, /*idle_ns=*/kMax / 2);
+  EXPECT_TRUE(window.shortened());
+  // Short, except every kProbeEvery-th wait, which tries the full window again.
+  for (uint32_t wait = 1; wait < DriveWindow::kProbeEvery; ++wait) {
+    EXPECT_EQ(window.Begin(kMax), SpinPacer::kMinSpinNs) << wait;
+    window.End(/*done=*/true, 0);  // a short window says nothing
+    EXPECT_TRUE(window.shortened());
+  }
+  EXPECT_EQ(window.Begin(kMax), kMax);
+  window.End(/*done=*/false, kMax);  // the probe went by too
+  EXPECT_TRUE(window.shortened());
+  for (uint32_t wait = 1; wait < DriveWindow::kProbeEvery; ++wait) {
+    EXPECT_EQ(window.Begin(kMax), SpinPacer::kMinSpinNs) << wait;
+    window.End(/*done=*/false, kMax);
+  }
+  EXPECT_EQ(window.Begin(kMax), kMax);
+  window.End(/*done=*/true, 0);  // the answer came within the probe: full windows again
+  EXPECT_FALSE(window.shortened());
+  EXPECT_EQ(window.Begin(kMax), kMax);
+}
+
+TEST(DriveWindowTest, AWindowThatEndsWhileThingsStillHappenStaysFull) {
+  DriveWindow window;
+  window.Begin(kMax);
+  window.End(/*done=*/false, /*idle_ns=*/kMax / 2 - 1);  // a long transfer under way
+  EXPECT_FALSE(window.shortened());
+  EXPECT_EQ(window.Begin(kMax), kMax);
+}
+
+}  // namespace
+}  // namespace hetps::transport::ucx_internal
+#endif  // HETPS_HAVE_UCX

@@ -1,0 +1,92 @@
+// SpinPacer: how long a polling thread spins after its last event before it starts giving up
+// its CPU (sched_yield) between polls. Spinning catches an answer with no wake-up while the
+// thread that sends it runs on another CPU; where that thread waits for this very CPU (a worker
+// and a shard on one CPU, more busy threads than CPUs), spinning only delays the answer, by as
+// long as the spin. So the spin adapts to what the yields show:
+// - a yield that let another thread run (the kernel switched to it: the calling thread's
+//   involuntary context switches went up) means a thread waits for this CPU: the spin drops to
+//   its minimum, and the CPU is handed over soon after each event from then on;
+// - an event that came while yielding, where no yield since the last event let another thread
+//   run, came from another CPU: spinning longer would have caught it without the yields, so the
+//   spin doubles (up to its maximum, where it starts).
+// Where the threads that talk have CPUs of their own, the spin stays at its maximum; where a
+// shard shares its CPU with the worker it answers, it hands the CPU over 2 us after replying.
+//
+// One thread uses a pacer (not thread-safe).
+//
+//   SpinPacer pacer(max_spin_ns);
+//   for (int64_t last_event = NowNanos();;) {
+//     if (Poll()) { pacer.OnEvent(); last_event = NowNanos(); continue; }
+//     if (NowNanos() - last_event >= pacer.spin_ns()) pacer.Yield();
+//   }
+#ifndef HETPS_TRANSPORT_UCX_SPIN_PACER_H_
+#define HETPS_TRANSPORT_UCX_SPIN_PACER_H_
+
+#include <algorithm>
+#include <cstdint>
+
+namespace hetps::transport::ucx_internal {
+
+class SpinPacer {
+ public:
+  // The spin never drops below this: a yield costs about a microsecond (more on VMs), and an
+  // answer from another CPU often comes within a few.
+  static constexpr int64_t kMinSpinNs = 2000;
+
+  explicit SpinPacer(int64_t max_spin_ns) : max_spin_ns_(max_spin_ns), spin_ns_(max_spin_ns) {}
+
+  // How long to poll after the last event before yielding.
+  int64_t spin_ns() const { return spin_ns_; }
+  // Gives up the CPU once (sched_yield) and learns whether another thread ran meanwhile: the
+  // calling thread's involuntary context switches, read with a second system call (only when
+  // yielding; a clock cannot tell a switch from a slow yield).
+  void Yield();
+  // Learns from a yield (Yield() calls it; tests too).
+  void OnYield(bool another_ran);
+  // An event came (a message, a completion): learns from the yields since the last one.
+  void OnEvent();
+  // The thread slept, or starts a new wait: the yields so far say nothing about the next event.
+  void Restart() { yielded_ = another_ran_ = false; }
+
+ private:
+  const int64_t max_spin_ns_;
+  int64_t spin_ns_;
+  int64_t involuntary_switches_ = -1;  // the thread's count after its last yield; -1: not read
+  bool yielded_ = false;               // since the last event
+  bool another_ran_ = false;           // in one of those yields
+};
+
+// DriveWindow: how long a caller that waits for its calls drives its worker before it blocks
+// (sleeping when idle; with busy polling it drives until done). The full window is
+// UcxOptions::poll_before_sleep. Where a full window ends with nothing having happened in its
+// second half, the answer could not come while the caller spun: the thread that sends it waits
+// for this CPU (a shard on the caller's CPU), or it is far off (a long update); either way
+// spinning is wasted, so the next windows are short (SpinPacer::kMinSpinNs), and every
+// kProbeEvery-th wait tries the full window again, which a reply within it restores.
+//
+// One thread uses a window (not thread-safe).
+//
+//   const int64_t window_ns = window.Begin(full_ns);
+//   ... drive for window_ns at most ...
+//   window.End(done, now - last_event);
+class DriveWindow {
+ public:
+  static constexpr uint32_t kProbeEvery = 8;
+
+  // Starts a wait; returns how long it may spin.
+  int64_t Begin(int64_t full_ns);
+  // Ends the wait begun last: whether its calls were done by the window's end, and for how long
+  // nothing had happened then.
+  void End(bool done, int64_t idle_ns);
+  bool shortened() const { return shortened_; }
+
+ private:
+  bool shortened_ = false;
+  bool full_ = true;  // the wait under way has the full window
+  int64_t full_ns_ = 0;
+  uint32_t waits_ = 0;
+};
+
+}  // namespace hetps::transport::ucx_internal
+
+#endif  // HETPS_TRANSPORT_UCX_SPIN_PACER_H_
