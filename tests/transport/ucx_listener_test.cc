@@ -22,6 +22,7 @@
 #include "transport/grpc/grpc_transport.h"
 #include "transport/transport.h"
 #include "transport/ucx/shared_memory.h"
+#include "transport/ucx/spin_pacer.h"
 #include "transport/ucx/ucx_client.h"
 #include "transport/ucx/ucx_server.h"
 #include "transport/ucx/ucx_transport.h"
@@ -334,15 +335,18 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
 // the shard, DriveWindow on the caller) instead of spinning its window out. Under SCHED_FIFO
 // on one CPU a spinning thread keeps the CPU until it yields or blocks, so with windows of
 // 300 ms a call takes at least 300 ms where either side spins its window, a few hand-overs
-// where neither does.
-TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
+// where neither does; a busy caller that never yields would keep it for ever, so the caller's
+// own wait is bounded here.
+void CallsOnOneCpuHandItOver(bool busy_poll) {
   testing::OneCpuFifo one_cpu;
   if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
   constexpr absl::Duration kWindow = absl::Milliseconds(300);
   UcxOptions server_options;
+  server_options.busy_poll = busy_poll;
   server_options.poll_alone = kWindow;
   server_options.server_poll_before_sleep = 3 * kWindow;
   UcxOptions client_options;
+  client_options.busy_poll = busy_poll;
   client_options.poll_before_sleep = kWindow;
   std::shared_ptr<Transport> server = NewUcxTransport(server_options);
   std::shared_ptr<Transport> client = NewUcxTransport(client_options);
@@ -351,17 +355,39 @@ TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
   ASSERT_OK(listener);
   auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
   ASSERT_OK(connection);
-  // The first calls spin their windows out: that is what shows a shared CPU.
-  for (int call = 0; call < 2; ++call) {
-    ASSERT_OK(CallAndWait(**connection, MakeRequest(kEcho, "learn"), client.get()));
-  }
-  for (int call = 0; call < 5; ++call) {
+  // How long one echo takes: driven until answered or for 4 windows, then waited for.
+  auto timed_call = [&] {
     const absl::Time start = absl::Now();
-    ASSERT_OK(CallAndWait(**connection, MakeRequest(kEcho, "handed over"), client.get()));
-    EXPECT_LT(absl::Now() - start, kWindow / 2) << "call " << call;
+    absl::Notification answered;
+    absl::Status status;
+    (*connection)->Call(MakeRequest(kEcho, "x"), [&](absl::StatusOr<Response> response) {
+      status = response.status();
+      answered.Notify();
+    });
+    client->Drive([&] { return answered.HasBeenNotified() || absl::Now() - start > 4 * kWindow; });
+    answered.WaitForNotification();  // bounded by the call's deadline
+    EXPECT_OK(status);
+    return absl::Now() - start;
+  };
+  // The first calls spin their windows out: that is what shows a shared CPU. After them, only
+  // the caller's probes (one wait in kProbeEvery tries the full window again) may.
+  for (int call = 0; call < 2; ++call) timed_call();
+  constexpr int kCalls = 2 * ucx_internal::DriveWindow::kProbeEvery;
+  int handed_over = 0;
+  for (int call = 0; call < kCalls; ++call) {
+    if (timed_call() < kWindow / 2) ++handed_over;
   }
+  EXPECT_GE(handed_over, kCalls - 2);
   (*connection)->Shutdown();
   (*listener)->Shutdown();
+}
+
+TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
+  CallsOnOneCpuHandItOver(/*busy_poll=*/false);
+}
+
+TEST(UcxTransportTest, BusyPollingAWorkerAndAShardOnOneCpuHandItOverToo) {
+  CallsOnOneCpuHandItOver(/*busy_poll=*/true);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ class SpinPacer {
 };
 
 // DriveWindow: how long a caller that waits for its calls drives its worker before it blocks
-// (sleeping when idle; with busy polling it drives until done). The full window is
+// (sleeping when idle) or starts yielding between polls (busy polling). The full window is
 // UcxOptions::poll_before_sleep. Where a full window ends with nothing having happened in its
 // second half, the answer could not come while the caller spun: the thread that sends it waits
 // for this CPU (a shard on the caller's CPU), or it is far off (a long update); either way

@@ -32,13 +32,14 @@ struct UcxOptions {
   std::string net_devices = "auto";
   // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
   // CPU). Callers then also send from their own thread, and Drive() until their calls are
-  // done; otherwise Drive() polls for poll_before_sleep at most.
+  // done (yielding between polls once nothing happened for poll_before_sleep, for as long as
+  // the yields bring answers); otherwise Drive() polls for poll_before_sleep at most.
   bool busy_poll = false;
   // Otherwise the progress thread keeps polling this long after its last event before it
   // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).
-  // A caller waiting for its calls drives the worker this long before it blocks, or 2 us after
-  // a window that ended with nothing happening in its second half (DriveWindow in
-  // transport/ucx/spin_pacer.h).
+  // A caller waiting for its calls drives the worker this long before it blocks (or yields,
+  // busy polling), or 2 us after a window that ended with nothing happening in its second half
+  // (DriveWindow in transport/ucx/spin_pacer.h).
   absl::Duration poll_before_sleep = absl::Microseconds(50);
   // A server's progress thread polls longer: once a round trip takes longer than its window,
   // it sleeps between requests, each request wakes it, and the scheduler places the woken
