@@ -330,23 +330,20 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
   (*listener)->Shutdown();
 }
 
-// A worker and a shard on one CPU (more busy threads than CPUs): each side's spin only keeps
-// the other from answering, so after a call or two each hands the CPU over soon (SpinPacer on
-// the shard, DriveWindow on the caller) instead of spinning its window out. Under SCHED_FIFO
-// on one CPU a spinning thread keeps the CPU until it yields or blocks, so with windows of
-// 300 ms a call takes at least 300 ms where either side spins its window, a few hand-overs
-// where neither does; a busy caller that never yields would keep it for ever, so the caller's
-// own wait is bounded here.
-void CallsOnOneCpuHandItOver(bool busy_poll) {
+// A worker and a shard on one CPU (more busy threads than CPUs), sleeping when idle: each
+// side's spin only keeps the other from answering, so after a call or two each hands the CPU
+// over soon (SpinPacer on the shard, DriveWindow on the caller) instead of spinning its window
+// out. Under SCHED_FIFO on one CPU a spinning thread keeps the CPU until it yields or blocks,
+// so with windows of 300 ms a call takes at least 300 ms where either side spins its window,
+// a few hand-overs where neither does.
+TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
   testing::OneCpuFifo one_cpu;
   if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
   constexpr absl::Duration kWindow = absl::Milliseconds(300);
   UcxOptions server_options;
-  server_options.busy_poll = busy_poll;
   server_options.poll_alone = kWindow;
   server_options.server_poll_before_sleep = 3 * kWindow;
   UcxOptions client_options;
-  client_options.busy_poll = busy_poll;
   client_options.poll_before_sleep = kWindow;
   std::shared_ptr<Transport> server = NewUcxTransport(server_options);
   std::shared_ptr<Transport> client = NewUcxTransport(client_options);
@@ -355,18 +352,9 @@ void CallsOnOneCpuHandItOver(bool busy_poll) {
   ASSERT_OK(listener);
   auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
   ASSERT_OK(connection);
-  // How long one echo takes: driven until answered or for 4 windows, then waited for.
   auto timed_call = [&] {
     const absl::Time start = absl::Now();
-    absl::Notification answered;
-    absl::Status status;
-    (*connection)->Call(MakeRequest(kEcho, "x"), [&](absl::StatusOr<Response> response) {
-      status = response.status();
-      answered.Notify();
-    });
-    client->Drive([&] { return answered.HasBeenNotified() || absl::Now() - start > 4 * kWindow; });
-    answered.WaitForNotification();  // bounded by the call's deadline
-    EXPECT_OK(status);
+    EXPECT_OK(CallAndWait(**connection, MakeRequest(kEcho, "x"), client.get()));
     return absl::Now() - start;
   };
   // The first calls spin their windows out: that is what shows a shared CPU. After them, only
@@ -380,14 +368,6 @@ void CallsOnOneCpuHandItOver(bool busy_poll) {
   EXPECT_GE(handed_over, kCalls - 2);
   (*connection)->Shutdown();
   (*listener)->Shutdown();
-}
-
-TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
-  CallsOnOneCpuHandItOver(/*busy_poll=*/false);
-}
-
-TEST(UcxTransportTest, BusyPollingAWorkerAndAShardOnOneCpuHandItOverToo) {
-  CallsOnOneCpuHandItOver(/*busy_poll=*/true);
 }
 
 }  // namespace

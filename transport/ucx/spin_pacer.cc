@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <sys/resource.h>
 
+#include "common/clock.h"
+
 namespace hetps::transport::ucx_internal {
 namespace {
 
@@ -18,22 +20,24 @@ void SpinPacer::Yield() {
   // A yield that hands the CPU to another thread counts as an involuntary switch (the thread
   // stays runnable), as a preemption does: either way another thread wanted this CPU.
   if (involuntary_switches_ < 0) involuntary_switches_ = InvoluntarySwitches();
+  const int64_t start = NowNanos();
   sched_yield();
+  const int64_t took_ns = NowNanos() - start;
   const int64_t switches = InvoluntarySwitches();
-  OnYield(switches > involuntary_switches_);
+  OnYield(switches > involuntary_switches_ && took_ns >= kAnotherWorkedNs);
   involuntary_switches_ = switches;
 }
 
-void SpinPacer::OnYield(bool another_ran) {
+void SpinPacer::OnYield(bool another_worked) {
   yielded_ = true;
-  if (another_ran) {
-    another_ran_ = true;
+  if (another_worked) {
+    another_worked_ = true;
     spin_ns_ = std::min(kMinSpinNs, max_spin_ns_);
   }
 }
 
 void SpinPacer::OnEvent() {
-  if (yielded_ && !another_ran_) spin_ns_ = std::min(spin_ns_ * 2, max_spin_ns_);
+  if (yielded_ && !another_worked_) spin_ns_ = std::min(spin_ns_ * 2, max_spin_ns_);
   Restart();
 }
 

@@ -32,14 +32,13 @@ struct UcxOptions {
   std::string net_devices = "auto";
   // Spin on the worker instead of sleeping on its event fd when idle (lower latency, a busy
   // CPU). Callers then also send from their own thread, and Drive() until their calls are
-  // done (yielding between polls once nothing happened for poll_before_sleep, for as long as
-  // the yields bring answers); otherwise Drive() polls for poll_before_sleep at most.
+  // done; otherwise Drive() polls for poll_before_sleep at most.
   bool busy_poll = false;
   // Otherwise the progress thread keeps polling this long after its last event before it
   // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).
-  // A caller waiting for its calls drives the worker this long before it blocks (or yields,
-  // busy polling), or 2 us after a window that ended with nothing happening in its second half
-  // (DriveWindow in transport/ucx/spin_pacer.h).
+  // A caller waiting for its calls drives the worker this long before it blocks, or 2 us after
+  // a window that ended with nothing happening in its second half (DriveWindow in
+  // transport/ucx/spin_pacer.h).
   absl::Duration poll_before_sleep = absl::Microseconds(50);
   // A server's progress thread polls longer: once a round trip takes longer than its window,
   // it sleeps between requests, each request wakes it, and the scheduler places the woken
@@ -52,9 +51,9 @@ struct UcxOptions {
   // polls for the rest of its window (busy polling: for ever), so that a thread waiting for
   // that CPU runs at once instead of at the window's end. Where a machine has fewer CPUs than
   // busy threads, a shard's 1 ms window otherwise kept a worker or another shard off its CPU: a
-  // 1 MiB push+pull to two shards in 512 KiB partitions took 2.3 ms instead of 0.26. Less once
-  // a yield let another thread run: 2 us, doubling back with each event that came while its
-  // yields found the CPU free (SpinPacer in transport/ucx/spin_pacer.h).
+  // 1 MiB push+pull to two shards in 512 KiB partitions took 2.3 ms instead of 0.26. Sleeping
+  // when idle, less once a yield let another thread work: 2 us, doubling back with each event
+  // that came while its yields found the CPU free (SpinPacer in transport/ucx/spin_pacer.h).
   absl::Duration poll_alone = absl::Microseconds(50);
   // Messages from this many bytes on go by rendezvous (the receiver fetches the payload into
   // place), smaller ones eagerly (sent at once, copied out of UCX's buffers). 0: 512 KiB on a
