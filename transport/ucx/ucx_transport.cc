@@ -17,6 +17,7 @@
 #include "transport/grpc/grpc_transport.h"
 #include "transport/ucx/net_devices.h"
 #include "transport/ucx/shared_memory.h"
+#include "transport/ucx/spin_pacer.h"
 #include "transport/ucx/ucx_client.h"
 #include "transport/ucx/ucx_server.h"
 

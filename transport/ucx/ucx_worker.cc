@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "transport/ucx/spin_pacer.h"
 
 namespace hetps::transport::ucx_internal {
 

@@ -12,8 +12,8 @@
 // nothing to do: on a CPU it shares with a driving caller it then takes almost no time, and it
 // still serves at once a caller that blocks instead. A server's worker, which no caller
 // drives, polls without yielding for UcxOptions::poll_alone after its last event (a yield
-// costs a system call), then yields too; less where its yields show a thread waiting for its
-// CPU (SpinPacer).
+// costs a system call), then yields too; sleeping when idle, less where its yields show a
+// thread waiting for its CPU (SpinPacer).
 //
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
@@ -41,7 +41,6 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/payload.h"
-#include "transport/ucx/spin_pacer.h"
 #include "transport/ucx/ucx_frame.h"
 #include "transport/ucx/ucx_transport.h"
 
