@@ -32,6 +32,7 @@ namespace {
 
 using test_calls::kEcho;
 using test_calls::kNeverReply;
+using test_calls::kReplyLater;
 using test_calls::MakeRequest;
 using test_calls::TestHandler;
 using testing::CallAndWait;
@@ -336,6 +337,27 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
 // out. Under SCHED_FIFO on one CPU a spinning thread keeps the CPU until it yields or blocks,
 // so with windows of 300 ms a call takes at least 300 ms where either side spins its window,
 // a few hand-overs where neither does.
+// A server and a client on transports of their own, and one connection between them.
+struct ServerAndClient {
+  ServerAndClient(const UcxOptions& server_options, const UcxOptions& client_options)
+      : server(NewUcxTransport(server_options)), client(NewUcxTransport(client_options)) {
+    listener = server->Listen("127.0.0.1:0", &handler);
+    if (listener.ok()) {
+      connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
+    }
+  }
+  ~ServerAndClient() {
+    if (connection.ok()) (*connection)->Shutdown();
+    if (listener.ok()) (*listener)->Shutdown();
+  }
+
+  std::shared_ptr<Transport> server;
+  std::shared_ptr<Transport> client;
+  TestHandler handler;
+  absl::StatusOr<std::unique_ptr<Listener>> listener = absl::UnknownError("not listening");
+  absl::StatusOr<std::unique_ptr<Connection>> connection = absl::UnknownError("not connected");
+};
+
 TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
   testing::OneCpuFifo one_cpu;
   if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
@@ -345,16 +367,12 @@ TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
   server_options.server_poll_before_sleep = 3 * kWindow;
   UcxOptions client_options;
   client_options.poll_before_sleep = kWindow;
-  std::shared_ptr<Transport> server = NewUcxTransport(server_options);
-  std::shared_ptr<Transport> client = NewUcxTransport(client_options);
-  TestHandler handler;
-  auto listener = server->Listen("127.0.0.1:0", &handler);
-  ASSERT_OK(listener);
-  auto connection = client->Connect((*listener)->address(), absl::Now() + absl::Seconds(10));
-  ASSERT_OK(connection);
+  ServerAndClient ends(server_options, client_options);
+  ASSERT_OK(ends.listener);
+  ASSERT_OK(ends.connection);
   auto timed_call = [&] {
     const absl::Time start = absl::Now();
-    EXPECT_OK(CallAndWait(**connection, MakeRequest(kEcho, "x"), client.get()));
+    EXPECT_OK(CallAndWait(**ends.connection, MakeRequest(kEcho, "x"), ends.client.get()));
     return absl::Now() - start;
   };
   // The first calls spin their windows out: that is what shows a shared CPU. After them, only
@@ -366,8 +384,23 @@ TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
     if (timed_call() < kWindow / 2) ++handed_over;
   }
   EXPECT_GE(handed_over, kCalls - 2);
-  (*connection)->Shutdown();
-  (*listener)->Shutdown();
+}
+
+// A caller that gives up waiting (sleeping when idle, its window over) wakes the client's
+// progress thread, which stands by asleep while callers drive, to receive the answer: with a
+// nap longer than the calls' deadlines, answers that come 20 ms late would otherwise be lost.
+TEST(UcxTransportTest, ACallerThatGivesUpWaitingIsAnsweredThroughTheProgressThread) {
+  UcxOptions client_options;
+  client_options.standby_nap = absl::Seconds(30);
+  ServerAndClient ends(UcxOptions(), client_options);
+  ASSERT_OK(ends.listener);
+  ASSERT_OK(ends.connection);
+  for (int call = 0; call < 3; ++call) {
+    const absl::Time start = absl::Now();
+    EXPECT_OK(CallAndWait(**ends.connection, MakeRequest(kReplyLater, "x", absl::Seconds(5)),
+                          ends.client.get()));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << call;
+  }
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // long as the spin. So the spin adapts to what the yields show:
 // - a yield that let another thread work (the kernel switched to it: the calling thread's
 //   involuntary context switches went up; and the yield took kAnotherWorkedNs or more, where
-//   one to a thread that only yields back, such as a client's progress thread standing by,
-//   takes less) means a thread waits for this CPU: the spin drops to its minimum, and the CPU
-//   is handed over soon after each event from then on;
+//   one to a thread that only yields back, such as a client's progress thread polling with
+//   nothing to do, takes less) means a thread waits for this CPU: the spin drops to its
+//   minimum, and the CPU is handed over soon after each event from then on;
 // - an event that came while yielding, where no yield since the last event let another thread
 //   work, came from another CPU: spinning longer would have caught it without the yields, so the
 //   spin doubles (up to its maximum, where it starts).

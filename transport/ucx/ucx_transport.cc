@@ -116,8 +116,8 @@ class UcxTransport final : public Transport {
       driving = false;
       for (ucx_internal::UcxWorker* worker : workers) driving |= worker->DriveOnce(&progressed);
     }
-    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
     const bool finished = done();
+    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving(/*gave_up=*/!finished);
     if (!options_.busy_poll) window.End(finished, idle_at_give_up);
     return finished;
   }
@@ -126,7 +126,9 @@ class UcxTransport final : public Transport {
     const ClientWorkers workers = DrivenWorkers();
     bool progressed = false;
     for (ucx_internal::UcxWorker* worker : workers) worker->DriveOnce(&progressed);
-    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving();
+    // The caller works on while its calls are under way: the progress thread, should it have
+    // stood by for this turn, takes them over.
+    for (ucx_internal::UcxWorker* worker : workers) worker->EndDriving(/*gave_up=*/true);
   }
 
  private:

@@ -55,6 +55,14 @@ struct UcxOptions {
   // when idle, less once a yield let another thread work: 2 us, doubling back with each event
   // that came while its yields found the CPU free (SpinPacer in transport/ucx/spin_pacer.h).
   absl::Duration poll_alone = absl::Microseconds(50);
+  // While callers drive a client's worker (they wait for their calls), its progress thread
+  // stands by asleep, waking at least this often: a caller that gives up waiting wakes it at
+  // once, but calls that no caller waits for (asynchronous ones, after the last waiting caller
+  // stopped driving) wait for it this long at most. (A polling progress thread, even one that
+  // yields at once, counts as busy: with a worker and a shard on a machine of two CPUs, the
+  // scheduler left the waiting caller and the shard on one CPU in a third of runs, a 4 KiB
+  // push+pull taking 15-20 us instead of 4-5.)
+  absl::Duration standby_nap = absl::Microseconds(200);
   // Messages from this many bytes on go by rendezvous (the receiver fetches the payload into
   // place), smaller ones eagerly (sent at once, copied out of UCX's buffers). 0: 512 KiB on a
   // machine without RDMA devices, UCX's own threshold where RDMA makes rendezvous zero-copy;

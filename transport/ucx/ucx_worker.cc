@@ -1,6 +1,7 @@
 #include "transport/ucx/ucx_worker.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -125,9 +126,11 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   status = ucp_worker_get_efd(w->worker_, &w->ucx_fd_);
   w->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   w->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (status != UCS_OK || w->epoll_fd_ < 0 || w->wake_fd_ < 0) {
-    if (w->epoll_fd_ >= 0) close(w->epoll_fd_);
-    if (w->wake_fd_ >= 0) close(w->wake_fd_);
+  w->standby_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (status != UCS_OK || w->epoll_fd_ < 0 || w->wake_fd_ < 0 || w->standby_fd_ < 0) {
+    for (int* fd : {&w->epoll_fd_, &w->wake_fd_, &w->standby_fd_}) {
+      if (*fd >= 0) close(std::exchange(*fd, -1));  // Stop() from the destructor writes to some
+    }
     ucp_worker_destroy(w->worker_);
     ucp_cleanup(w->context_);
     return absl::UnavailableError("cannot set up the UCX progress thread's wake-ups");
@@ -147,7 +150,11 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   return w;
 }
 
-UcxWorker::~UcxWorker() { Stop(); }
+UcxWorker::~UcxWorker() {
+  Stop();
+  // Not in Release(): a caller may still be leaving (EndDriving) when the thread ends.
+  if (standby_fd_ >= 0) close(standby_fd_);
+}
 
 bool UcxWorker::Post(absl::AnyInvocable<void()> task) {
   {
@@ -210,6 +217,7 @@ void UcxWorker::Stop(absl::AnyInvocable<void()> last) {
   }
   stop_requested_.store(true);
   Wake();
+  WakeFromStandBy();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -261,11 +269,12 @@ void UcxWorker::Run() {
   const int64_t poll_ns = absl::ToInt64Nanoseconds(options_.poll_before_sleep);
   const int64_t poll_alone_ns = absl::ToInt64Nanoseconds(options_.poll_alone);
   SpinPacer alone(poll_alone_ns);
+  const timespec standby_nap = absl::ToTimespec(options_.standby_nap);
   int64_t last_activity = NowNanos();
   while (!stop_requested_.load()) {
     if (drivers_.load() > 0) {
+      StandBy(standby_nap);
       last_activity = NowNanos();  // their calls count as activity
-      sched_yield();
       continue;
     }
     if (ProgressOnce()) {
@@ -318,6 +327,35 @@ unsigned UcxWorker::Progress() {
     for (auto& task : running) task();
   }
   return events;
+}
+
+void UcxWorker::EndDriving(bool gave_up) {
+  if (gave_up) wanted_.store(true);
+  if (drivers_.fetch_sub(1) != 1) return;
+  // The last driver leaves. Sequentially consistent with StandBy()'s standing_by_/drivers_
+  // pair: either the thread sees no driver before it sleeps, or this sees it standing by.
+  // It is woken where a caller waits for it or tasks wait (posted after the last driver ran
+  // them); not for calls still in flight that no caller waits for yet (a caller that waits
+  // for its next call would pay a system call for each): those wait for its nap's end.
+  const bool waited_for = wanted_.exchange(false);
+  if ((waited_for || news_.load()) && standing_by_.load()) WakeFromStandBy();
+}
+
+void UcxWorker::WakeFromStandBy() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = write(standby_fd_, &one, sizeof(one));
+}
+
+void UcxWorker::StandBy(const timespec& nap) {
+  standing_by_.store(true);
+  if (drivers_.load() > 0 && !stop_requested_.load()) {
+    pollfd standby = {standby_fd_, POLLIN, 0};
+    ppoll(&standby, 1, &nap, nullptr);
+  }
+  standing_by_.store(false);
+  uint64_t count;
+  while (read(standby_fd_, &count, sizeof(count)) > 0) {
+  }
 }
 
 void UcxWorker::SleepUntilEvent() {

@@ -6,11 +6,15 @@
 // fd (ucp_worker_arm) and that eventfd, unless busy polling was asked for.
 //
 // Driving: a thread that waits for its calls drives the worker itself (BeginDriving, DriveOnce,
-// EndDriving) while the progress thread stands by, so a response completes on the waiting
-// thread with no hand-off between threads (each costs a context switch when both share a CPU).
-// The progress thread of a worker that callers drive yields the CPU at every turn it polls with
-// nothing to do: on a CPU it shares with a driving caller it then takes almost no time, and it
-// still serves at once a caller that blocks instead. A server's worker, which no caller
+// EndDriving) while the progress thread stands by, asleep, so a response completes on the
+// waiting thread with no hand-off between threads (each costs a context switch when both share
+// a CPU). Asleep, not polling: a thread that polls, even one that yields at once, is a busy
+// thread to the scheduler, which then left the caller and the shard it waits for on one CPU of
+// two in a third of runs. A caller that gives up waiting wakes it (EndDriving); calls no caller
+// waits for are progressed when its nap ends (UcxOptions::standby_nap), or at once by a caller
+// that drives. The progress thread of a worker that callers drive yields the CPU at every turn
+// it polls with nothing to do: on a CPU it shares with a caller it then takes almost no time,
+// and it still serves at once a caller that blocks instead. A server's worker, which no caller
 // drives, polls without yielding for UcxOptions::poll_alone after its last event (a yield
 // costs a system call), then yields too; sleeping when idle, less where its yields show a
 // thread waiting for its CPU (SpinPacer).
@@ -97,7 +101,9 @@ class UcxWorker {
     driven_.store(true, std::memory_order_relaxed);
   }
   bool DriveOnce(bool* progressed);
-  void EndDriving() { drivers_.fetch_sub(1); }
+  // `gave_up`: the caller leaves calls of its own not done to the progress thread (it waits
+  // for them blocked, or works meanwhile).
+  void EndDriving(bool gave_up = false);
   // Runs `last` on the progress thread after the tasks already posted, then ends the thread
   // and releases UCX. Idempotent.
   void Stop(absl::AnyInvocable<void()> last = nullptr);
@@ -142,6 +148,9 @@ class UcxWorker {
   unsigned Progress();
   // Arms the worker's event fd and sleeps until UCX or a task needs the thread (bounded).
   void SleepUntilEvent();
+  // While callers drive: sleeps until woken (EndDriving, Stop) or for `nap` at most.
+  void StandBy(const timespec& nap);
+  void WakeFromStandBy();
   // After Stop(): the last tasks, then UCX is released.
   void Release();
   // Runs what was posted; false if nothing was. Needs the worker held.
@@ -157,6 +166,7 @@ class UcxWorker {
   std::string address_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
+  int standby_fd_ = -1;  // an eventfd, written to wake the thread standing by
   int ucx_fd_ = -1;
   // Only the thread holding the worker touches these.
   int progress_depth_ = 0;
@@ -182,6 +192,9 @@ class UcxWorker {
   std::atomic<bool> sleeping_{false};
   std::atomic<int> drivers_{0};
   std::atomic<bool> driven_{false};
+  // The progress thread stands by; a caller that gave up waits while others still drive.
+  std::atomic<bool> standing_by_{false};
+  std::atomic<bool> wanted_{false};
   absl::AnyInvocable<void()> last_task_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
   std::string name_;
