@@ -13,7 +13,8 @@
 //   spin doubles (up to its maximum, where it starts).
 // Where the threads that talk have CPUs of their own, the spin stays at its maximum; where a
 // shard shares its CPU with the worker it answers, it hands the CPU over 2 us after replying.
-// A shard that sleeps when idle uses it; a busy-polling one keeps its spin (UcxWorker::Run).
+// A shard that sleeps when idle uses it, and so does a caller waiting for its calls within its
+// window (UcxTransport::Drive); busy-polling ones keep their spins (UcxWorker::Run).
 //
 // One thread uses a pacer (not thread-safe).
 //
@@ -39,6 +40,9 @@ class SpinPacer {
   // VM a yield alone takes 1.1 us, one to a thread that only yields back 3.3 us (4.3 at p90),
   // one to a thread that works for 3 us 7.6 us.
   static constexpr int64_t kAnotherWorkedNs = 5000;
+  // A waiting caller's spin at most: half its default window (UcxOptions::poll_before_sleep),
+  // so that it yields, and learns, within a window.
+  static constexpr int64_t kCallerMaxSpinNs = 25'000;
 
   explicit SpinPacer(int64_t max_spin_ns) : max_spin_ns_(max_spin_ns), spin_ns_(max_spin_ns) {}
 
