@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "common/clock.h"
 
 namespace hetps::transport::ucx_internal {

@@ -26,7 +26,6 @@
 #ifndef HETPS_TRANSPORT_UCX_SPIN_PACER_H_
 #define HETPS_TRANSPORT_UCX_SPIN_PACER_H_
 
-#include <algorithm>
 #include <cstdint>
 
 namespace hetps::transport::ucx_internal {

@@ -38,7 +38,8 @@ struct UcxOptions {
   // sleeps: a reply arriving within the window costs no wake-up (tens of microseconds on a VM).
   // A caller waiting for its calls drives the worker this long before it blocks, or 2 us after
   // a window that ended with nothing happening in its second half (DriveWindow in
-  // transport/ucx/spin_pacer.h).
+  // transport/ucx/spin_pacer.h); within it, it yields between polls after 25 us at most
+  // (SpinPacer there).
   absl::Duration poll_before_sleep = absl::Microseconds(50);
   // A server's progress thread polls longer: once a round trip takes longer than its window,
   // it sleeps between requests, each request wakes it, and the scheduler places the woken
