@@ -331,12 +331,6 @@ TEST(UcxListenerTest, AGoodbyeFromAPeerAlreadyDroppedIsNotWarnedAbout) {
   (*listener)->Shutdown();
 }
 
-// A worker and a shard on one CPU (more busy threads than CPUs), sleeping when idle: each
-// side's spin only keeps the other from answering, so after a call or two each hands the CPU
-// over soon (SpinPacer on the shard, DriveWindow on the caller) instead of spinning its window
-// out. Under SCHED_FIFO on one CPU a spinning thread keeps the CPU until it yields or blocks,
-// so with windows of 300 ms a call takes at least 300 ms where either side spins its window,
-// a few hand-overs where neither does.
 // A server and a client on transports of their own, and one connection between them.
 struct ServerAndClient {
   ServerAndClient(const UcxOptions& server_options, const UcxOptions& client_options)
@@ -364,6 +358,12 @@ struct ServerAndClient {
   absl::StatusOr<std::unique_ptr<Connection>> connection = absl::UnknownError("not connected");
 };
 
+// A worker and a shard on one CPU (more busy threads than CPUs), sleeping when idle: each
+// side's spin only keeps the other from answering, so after a call or two each hands the CPU
+// over soon (SpinPacer on each side, DriveWindow on the caller) instead of spinning its window
+// out. Under SCHED_FIFO on one CPU a spinning thread keeps the CPU until it yields or blocks,
+// so with windows of 300 ms a call takes at least 300 ms where either side spins its window,
+// a few hand-overs where neither does.
 TEST(UcxTransportTest, AWorkerAndAShardOnOneCpuHandItOverInsteadOfSpinning) {
   testing::OneCpuFifo one_cpu;
   if (!one_cpu.active()) GTEST_SKIP() << one_cpu.reason();
