@@ -53,8 +53,9 @@ class ReplicationTest : public integration::ExampleJobTest {
   // Both workers end, with the weights of one process running the same `steps` of Adam.
   void ExpectTheJobEndsLikeOneProcess(int steps) {
     for (int r = 0; r < 2; ++r) {
+      // Every worker's log: one that stalls shows only in the other's error.
       ASSERT_EQ(workers_[r]->Wait(absl::Seconds(120)), 0)
-          << WorkerLog(cluster_, r) << integration::ShardLogs(cluster_);
+          << integration::WorkerLogs(cluster_, 2) << integration::ShardLogs(cluster_);
     }
     const std::vector<float> reference =
         integration::SingleProcessReference(2, steps, "adam", {{"lr", 0.05}});
