@@ -99,6 +99,87 @@ TEST(SpinPacerTest, YieldFindsWhetherAnotherThreadWorked) {
   other.join();
 }
 
+TEST(SpinPacerTest, MovesOnceItsYieldsHandedTheCpuOverManyTimesInARow) {
+  SpinPacer pacer(kMax);
+  for (uint32_t i = 1; i < SpinPacer::kHandOversBeforeMoving; ++i) {
+    pacer.OnYield(true);
+    pacer.OnEvent();  // the thread it handed the CPU to answered: still in a row
+    EXPECT_FALSE(pacer.move_due()) << i;
+  }
+  pacer.OnYield(false);  // a yield that found the CPU free: the row starts again
+  for (uint32_t i = 1; i < SpinPacer::kHandOversBeforeMoving; ++i) pacer.OnYield(true);
+  EXPECT_FALSE(pacer.move_due());
+  pacer.OnYield(true);
+  EXPECT_TRUE(pacer.move_due());
+  pacer.OnMoved(0);
+  EXPECT_FALSE(pacer.move_due());
+}
+
+TEST(SpinPacerTest, EachMoveWithinASecondOfTheLastWaitsForTwiceTheHandOvers) {
+  SpinPacer pacer(kMax);
+  const int64_t ms = 1'000'000;
+  int64_t now = 0;
+  pacer.OnMoved(now);
+  EXPECT_EQ(pacer.hand_overs_before_moving(), SpinPacer::kHandOversBeforeMoving);
+  uint32_t expected = SpinPacer::kHandOversBeforeMoving;
+  while (expected < SpinPacer::kMostHandOversBeforeMoving) {
+    for (uint32_t i = 0; i < pacer.hand_overs_before_moving(); ++i) pacer.OnYield(true);
+    ASSERT_TRUE(pacer.move_due());
+    now += ms;
+    pacer.OnMoved(now);
+    expected *= 2;
+    EXPECT_EQ(pacer.hand_overs_before_moving(), expected);
+  }
+  pacer.OnMoved(now += ms);
+  EXPECT_EQ(pacer.hand_overs_before_moving(), SpinPacer::kMostHandOversBeforeMoving);
+  // A second after the last move it is forgotten.
+  pacer.OnMoved(now + SpinPacer::kMovesRememberedNs);
+  EXPECT_EQ(pacer.hand_overs_before_moving(), SpinPacer::kHandOversBeforeMoving);
+}
+
+// Yield() itself, with the kernel's scheduling: a thread that may run on two CPUs shares one
+// with a thread that works between its yields (kept to that CPU), as a worker and a shard do
+// once the kernel put them together. The kernel's balancer leaves two such threads together
+// for milliseconds; the pacer moves off within its row of hand-overs.
+TEST(SpinPacerTest, AThreadWhoseYieldsKeepHandingItsCpuOverMovesToAnother) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  int shared_cpu = 0;
+  while (!CPU_ISSET(shared_cpu, &allowed)) ++shared_cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(shared_cpu, &one);
+
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    sched_setaffinity(0, sizeof(one), &one);
+    while (!stop.load()) {
+      const int64_t until = NowNanos() + 4 * SpinPacer::kAnotherWorkedNs;
+      while (NowNanos() < until) {
+      }
+      sched_yield();
+    }
+  });
+  int yields = 0;
+  int cpu = shared_cpu;
+  std::thread yielder([&] {
+    // On the other thread's CPU, then free to run anywhere: the kernel leaves it there.
+    sched_setaffinity(0, sizeof(one), &one);
+    sched_setaffinity(0, sizeof(allowed), &allowed);
+    SpinPacer pacer(kMax);
+    const int most = static_cast<int>(SpinPacer::kHandOversBeforeMoving) + 8;
+    for (cpu = sched_getcpu(); cpu == shared_cpu && yields < most; cpu = sched_getcpu()) {
+      pacer.Yield();
+      ++yields;
+    }
+  });
+  yielder.join();
+  stop.store(true);
+  other.join();
+  EXPECT_NE(cpu, shared_cpu) << "still on CPU " << shared_cpu << " after " << yields << " yields";
+}
+
 TEST(DriveWindowTest, ShortAfterAFullWindowWentByWithNothingInItsSecondHalf) {
   DriveWindow window;
   EXPECT_EQ(window.Begin(kMax), kMax);

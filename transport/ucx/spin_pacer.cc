@@ -16,6 +16,23 @@ int64_t InvoluntarySwitches() {
   return usage.ru_nivcsw;
 }
 
+// Moves the calling thread off the CPU it runs on, to another that it may run on (the kernel
+// picks it), and lets it run on every CPU it could before. False where it may run on one only.
+bool MoveOffThisCpu() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;  // > CPU_SETSIZE CPUs
+  const int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) return false;
+  cpu_set_t others = allowed;
+  CPU_CLR(cpu, &others);
+  if (CPU_COUNT(&others) == 0) return false;
+  // Narrowing the set migrates the thread before the call returns; widening it again does not
+  // move it back.
+  if (sched_setaffinity(0, sizeof(others), &others) != 0) return false;
+  sched_setaffinity(0, sizeof(allowed), &allowed);
+  return true;
+}
+
 }  // namespace
 
 void SpinPacer::Yield() {
@@ -28,14 +45,29 @@ void SpinPacer::Yield() {
   const int64_t switches = InvoluntarySwitches();
   OnYield(switches > involuntary_switches_ && took_ns >= kAnotherWorkedNs);
   involuntary_switches_ = switches;
+  if (move_due()) {
+    MoveOffThisCpu();
+    OnMoved(NowNanos());
+    involuntary_switches_ = InvoluntarySwitches();  // the move may have switched
+  }
 }
 
 void SpinPacer::OnYield(bool another_worked) {
   yielded_ = true;
+  hand_overs_ = another_worked ? hand_overs_ + 1 : 0;
   if (another_worked) {
     another_worked_ = true;
     spin_ns_ = std::min(kMinSpinNs, max_spin_ns_);
   }
+}
+
+void SpinPacer::OnMoved(int64_t now_ns) {
+  const bool recent = last_move_ns_ >= 0 && now_ns - last_move_ns_ < kMovesRememberedNs;
+  hand_overs_before_moving_ =
+      recent ? std::min(hand_overs_before_moving_ * 2, kMostHandOversBeforeMoving)
+             : kHandOversBeforeMoving;
+  last_move_ns_ = now_ns;
+  hand_overs_ = 0;
 }
 
 void SpinPacer::OnEvent() {

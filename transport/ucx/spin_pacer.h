@@ -16,6 +16,20 @@
 // A shard that sleeps when idle uses it, and so does a caller waiting for its calls within its
 // window (UcxTransport::Drive); busy-polling ones keep their spins (UcxWorker::Run).
 //
+// Handing over keeps two threads that share a CPU going, at several times the time a call
+// takes where each has a CPU, and the kernel is slow to part them: both are always runnable and
+// have just run, so its balancer counts them as cache-hot and leaves them together (unpinned
+// workers and shards for tens of milliseconds here, 2 vCPUs, the other one idle), and it looks
+// for an idle CPU for a thread that wakes only while the CPUs sharing its cache are not busy
+// (here a thread that slept to be placed again woke where it slept in 36 of 38 naps). So a thread
+// whose yields hand its CPU over kHandOversBeforeMoving times in a row moves off it, to another
+// CPU it may run on (the kernel picks it, and may move the thread again later; the CPUs it may
+// run on stay what they were). Where that does not part it from the threads it hands over to
+// (more busy threads than CPUs), moving again would not either: each move within a second of
+// the last waits for twice the hand-overs of the one before, up to kMostHandOversBeforeMoving,
+// so where moving cannot help a thread soon moves a few times a second at most (two unpinned
+// processes of a worker and a shard moved none to two times each in a run).
+//
 // One thread uses a pacer (not thread-safe).
 //
 //   SpinPacer pacer(max_spin_ns);
@@ -42,6 +56,13 @@ class SpinPacer {
   // A waiting caller's spin at most: half its default window (UcxOptions::poll_before_sleep),
   // so that it yields, and learns, within a window.
   static constexpr int64_t kCallerMaxSpinNs = 25'000;
+  // Yields in a row that let another thread work before the thread moves to another CPU: where
+  // two threads that talk share a CPU about 0.3 ms of their calls (at 10 us a hand-over).
+  static constexpr uint32_t kHandOversBeforeMoving = 32;
+  // The most hand-overs a move waits for (about 0.7 s at 10 us a hand-over), and how long moves
+  // are remembered: a move a second or more after the last waits for kHandOversBeforeMoving.
+  static constexpr uint32_t kMostHandOversBeforeMoving = uint32_t{1} << 16;
+  static constexpr int64_t kMovesRememberedNs = 1'000'000'000;
 
   explicit SpinPacer(int64_t max_spin_ns) : max_spin_ns_(max_spin_ns), spin_ns_(max_spin_ns) {}
 
@@ -53,6 +74,13 @@ class SpinPacer {
   void Yield();
   // Learns from a yield (Yield() calls it; tests too).
   void OnYield(bool another_worked);
+  // Whether the thread should move to another CPU now (its yields kept handing its CPU over).
+  bool move_due() const { return hand_overs_ >= hand_overs_before_moving_; }
+  // The thread moved (or found it could not: one CPU allowed) at time `now_ns` (Yield() calls
+  // it; tests too).
+  void OnMoved(int64_t now_ns);
+  // Hand-overs in a row the next move waits for.
+  uint32_t hand_overs_before_moving() const { return hand_overs_before_moving_; }
   // An event came (a message, a completion): learns from the yields since the last one.
   void OnEvent();
   // The thread slept, or starts a new wait: the yields so far say nothing about the next event.
@@ -64,6 +92,9 @@ class SpinPacer {
   int64_t involuntary_switches_ = -1;  // the thread's count after its last yield; -1: not read
   bool yielded_ = false;               // since the last event
   bool another_worked_ = false;        // in one of those yields
+  uint32_t hand_overs_ = 0;            // yields in a row that let another thread work
+  uint32_t hand_overs_before_moving_ = kHandOversBeforeMoving;
+  int64_t last_move_ns_ = -1;  // -1: none yet
 };
 
 // DriveWindow: how long a caller that waits for its calls drives its worker before it blocks
