@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -370,6 +371,30 @@ absl::StatusOr<int> HetpsRunner::AgreeIterations(int proposal) {
   return static_cast<int>(count);
 }
 
+absl::StatusOr<DurationFit> FitToDuration(absl::Duration duration, int warmup, int inflight,
+                                          RunOperations run,
+                                          absl::FunctionRef<absl::StatusOr<int>(int)> agree) {
+  constexpr double kFewest = 10, kMost = 100000;
+  const double seconds = absl::ToDoubleSeconds(duration);
+  warmup = std::max(1, warmup);
+  HETPS_ASSIGN_OR_RETURN(const WorkerMeasurement first, run(0, warmup, 1));
+  const double warmup_pace = absl::ToDoubleSeconds(first.wall) / warmup;
+  const double calibration_fit = seconds / 10 / std::max(warmup_pace, 1e-7) * inflight;
+  HETPS_ASSIGN_OR_RETURN(
+      const int calibration,
+      agree(static_cast<int>(std::round(std::clamp(calibration_fit, kFewest, kMost / 10)))));
+  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement calibrated, run(warmup, calibration, inflight));
+  // The pace once warm: the calibration's 10th percentile (most of the calibration may still be
+  // slow; warm operations are steady enough that this fits the duration within about a third),
+  // over the `inflight` operations that overlap.
+  const double pace = static_cast<double>(calibrated.latency.Percentile(10)) * 1e-9 / inflight;
+  DurationFit fit;
+  fit.first_index = static_cast<uint64_t>(warmup) + static_cast<uint64_t>(calibration);
+  HETPS_ASSIGN_OR_RETURN(fit.iterations, agree(static_cast<int>(std::round(std::clamp(
+                                             seconds / std::max(pace, 1e-7), kFewest, kMost)))));
+  return fit;
+}
+
 absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& settings) {
   HETPS_ASSIGN_OR_RETURN(const uint64_t elements, ElementsOf(settings.bytes, settings.dtype));
   // A fresh tensor per measurement, named alike on every worker.
@@ -400,18 +425,20 @@ absl::StatusOr<WorkerMeasurement> HetpsRunner::Measure(const MeasureSettings& se
     HETPS_RETURN_IF_ERROR(DropOnceAllAreDone(spec.name));
     return measured;
   }
-  // Warm up (timed, one at a time), then run as many operations as rank 0's warm-up says fit in
-  // the duration; the measured operations take the steps after the warm-up's.
-  const int warmup = std::max(1, settings.warmup);
-  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement first, RunWindow(*transport_, source, 0, 0, warmup, 1));
-  const double per_op = absl::ToDoubleSeconds(first.wall) / static_cast<double>(warmup);
-  const double fit =
-      absl::ToDoubleSeconds(settings.duration) / std::max(per_op, 1e-7) * settings.inflight;
-  HETPS_ASSIGN_OR_RETURN(iterations_,
-                         AgreeIterations(static_cast<int>(std::clamp(fit, 10.0, 100000.0))));
+  // As many operations as fit in the duration at rank 0's pace; the measured operations take
+  // the steps after the warm-up's and the calibration's.
+  HETPS_ASSIGN_OR_RETURN(const DurationFit fit,
+                         FitToDuration(
+                             settings.duration, settings.warmup, settings.inflight,
+                             [&](uint64_t first_index, int count, int inflight) {
+                               return RunWindow(*transport_, source, first_index, 0, count,
+                                                inflight);
+                             },
+                             [this](int proposal) { return AgreeIterations(proposal); }));
+  iterations_ = fit.iterations;
   HETPS_RETURN_IF_ERROR(client_->Barrier());
-  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement measured,
-                         RunWindow(*transport_, source, warmup, 0, iterations_, settings.inflight));
+  HETPS_ASSIGN_OR_RETURN(WorkerMeasurement measured, RunWindow(*transport_, source, fit.first_index,
+                                                               0, iterations_, settings.inflight));
   HETPS_RETURN_IF_ERROR(DropOnceAllAreDone(spec.name));
   return measured;
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "bench/latency.h"
@@ -23,11 +24,11 @@ namespace hetps::bench {
 
 struct MeasureSettings {
   std::string transport = "grpc";
-  std::string op = "pushpull";  // push | pull | pushpull
-  uint64_t bytes = 4096;        // payload of one operation, in `dtype`
-  DType dtype = DType::kFp32;   // on the wire
+  std::string op = "pushpull";      // push | pull | pushpull
+  uint64_t bytes = 4096;            // payload of one operation, in `dtype`
+  DType dtype = DType::kFp32;       // on the wire
   DType host_dtype = DType::kFp32;  // of the worker's tensors (the client converts)
-  std::string optimizer = "sum";  // sum | sgd | adam
+  std::string optimizer = "sum";    // sum | sgd | adam
   SyncMode sync = SyncMode::kBsp;
   int warmup = 5;
   // Measured operations per worker; 0: as many as fit in `duration` (decided by rank 0 from
@@ -54,6 +55,24 @@ struct WorkerMeasurement {
 
 // Elements of `bytes` bytes of `dtype`: InvalidArgument unless it is a whole positive number.
 absl::StatusOr<uint64_t> ElementsOf(uint64_t bytes, DType dtype);
+
+// How many operations fill a measurement of `duration`. Operations that follow a quiet spell
+// are slow (the first 4 KiB push+pulls after a declaration took 65 to 250 us, where later ones
+// took 5: the threads on both sides slept, and each woke the other), so the warm-up's pace
+// alone fitted a twentieth of the duration or less, right after the warm-up. A calibration run
+// follows the warm-up (about a tenth of the duration at the warm-up's pace, `inflight` at a
+// time, unmeasured), and its faster operations set the pace. `run(first_index, count,
+// inflight)` runs operations first_index, first_index + 1, ... and measures all of them;
+// `agree` turns a count into the one every worker uses (rank 0's).
+struct DurationFit {
+  uint64_t first_index = 0;  // of the measured operations (after the warm-up and calibration)
+  int iterations = 0;        // measured operations
+};
+using RunOperations = absl::FunctionRef<absl::StatusOr<WorkerMeasurement>(uint64_t first_index,
+                                                                          int count, int inflight)>;
+absl::StatusOr<DurationFit> FitToDuration(absl::Duration duration, int warmup, int inflight,
+                                          RunOperations run,
+                                          absl::FunctionRef<absl::StatusOr<int>(int)> agree);
 
 // REQUIRES: `client` belongs to worker `rank` of `world_size` and talks over `transport`.
 class HetpsRunner {

@@ -28,6 +28,58 @@ using testing::BinaryPath;
 using testing::ReadFile;
 using testing::Subprocess;
 
+// Operations that take `slow` until index `warm_from`, then `fast`, `inflight` at a time (each
+// one's latency is its share of the CPU times the operations in flight).
+WorkerMeasurement FakeRun(uint64_t first_index, int count, int inflight, uint64_t warm_from,
+                          absl::Duration slow, absl::Duration fast) {
+  WorkerMeasurement run;
+  for (uint64_t index = first_index; index < first_index + count; ++index) {
+    const absl::Duration took = index < warm_from ? slow : fast;
+    run.latency.Add(absl::ToInt64Nanoseconds(took * inflight));
+    run.wall += took;
+    ++run.operations;
+  }
+  return run;
+}
+
+TEST(FitToDurationTest, FillsTheDurationAtThePaceOnceWarmThoughTheFirstOperationsAreSlow) {
+  const absl::Duration slow = absl::Microseconds(200), fast = absl::Microseconds(5);
+  for (int inflight : {1, 4}) {
+    std::vector<int> proposals;
+    absl::StatusOr<DurationFit> fit = FitToDuration(
+        absl::Milliseconds(100), /*warmup=*/5, inflight,
+        [&](uint64_t first_index, int count, int in_flight) -> absl::StatusOr<WorkerMeasurement> {
+          return FakeRun(first_index, count, in_flight, /*warm_from=*/30, slow, fast);
+        },
+        [&](int proposal) -> absl::StatusOr<int> {
+          proposals.push_back(proposal);
+          return proposal;
+        });
+    ASSERT_OK(fit);
+    // A tenth of the duration at the warm-up's pace calibrates (indices 5 to 54, the first 25
+    // slow); 100 ms at 5 us an operation are measured (the warm-up's pace would say 500).
+    ASSERT_EQ(proposals.size(), 2u);
+    EXPECT_EQ(proposals[0], 50 * inflight);
+    EXPECT_EQ(fit->first_index, 5u + 50u * inflight);
+    EXPECT_GE(fit->iterations, 18000) << "inflight " << inflight;
+    EXPECT_LE(fit->iterations, 22000) << "inflight " << inflight;
+    EXPECT_EQ(fit->iterations, proposals[1]);
+  }
+}
+
+TEST(FitToDurationTest, EveryWorkerRunsTheCountsRankZeroProposed) {
+  const absl::Duration each = absl::Microseconds(10);
+  absl::StatusOr<DurationFit> fit = FitToDuration(
+      absl::Milliseconds(100), /*warmup=*/5, /*inflight=*/1,
+      [&](uint64_t first_index, int count, int inflight) -> absl::StatusOr<WorkerMeasurement> {
+        return FakeRun(first_index, count, inflight, 0, each, each);
+      },
+      [](int proposal) -> absl::StatusOr<int> { return proposal / 2; });
+  ASSERT_OK(fit);
+  EXPECT_EQ(fit->first_index, 5u + 500u);  // a calibration of 1000 proposed, 500 agreed
+  EXPECT_EQ(fit->iterations, 5000);        // 10000 proposed
+}
+
 // The transports ps-bench measures by default: every one of the build.
 #ifdef HETPS_HAVE_UCX
 const std::vector<std::string> kTransports = {"grpc", "ucx"};
