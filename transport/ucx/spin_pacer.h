@@ -16,19 +16,19 @@
 // A shard that sleeps when idle uses it, and so does a caller waiting for its calls within its
 // window (UcxTransport::Drive); busy-polling ones keep their spins (UcxWorker::Run).
 //
-// Handing over keeps two threads that share a CPU going, at several times the time a call
-// takes where each has a CPU, and the kernel is slow to part them: both are always runnable and
-// have just run, so its balancer counts them as cache-hot and leaves them together (unpinned
-// workers and shards for tens of milliseconds here, 2 vCPUs, the other one idle), and it looks
-// for an idle CPU for a thread that wakes only while the CPUs sharing its cache are not busy
-// (here a thread that slept to be placed again woke where it slept in 36 of 38 naps). So a thread
-// whose yields hand its CPU over kHandOversBeforeMoving times in a row moves off it, to another
-// CPU it may run on (the kernel picks it, and may move the thread again later; the CPUs it may
-// run on stay what they were). Where that does not part it from the threads it hands over to
-// (more busy threads than CPUs), moving again would not either: each move within a second of
-// the last waits for twice the hand-overs of the one before, up to kMostHandOversBeforeMoving,
-// so where moving cannot help a thread soon moves a few times a second at most (two unpinned
-// processes of a worker and a shard moved none to two times each in a run).
+// Handing over keeps two threads that share a CPU going, at several times the time a call takes
+// where each has a CPU, and the kernel is slow to part them: both are always runnable and have just
+// run, so its balancer counts them as cache-hot and leaves them together (unpinned workers and
+// shards for tens of milliseconds here, 2 vCPUs, the other one idle); nor does a nap part them (a
+// kernel that limits its search for an idle CPU by how busy the CPUs sharing a cache are woke a
+// thread where it slept in 36 of 38 naps here). So a thread whose yields hand its CPU over
+// kHandOversBeforeMoving times in a row moves off it, to another CPU it may run on (the kernel
+// picks it, and may move the thread again later; the CPUs it may run on stay what they were). Where
+// that does not part it from the threads it hands over to (more busy threads than CPUs), moving
+// again would not either: each move within a second of the last waits for twice the hand-overs of
+// the one before, up to kMostHandOversBeforeMoving, so where moving cannot help a thread soon moves
+// a few times a second at most (two unpinned processes of a worker and a shard moved none to two
+// times each in a run).
 //
 // One thread uses a pacer (not thread-safe).
 //
