@@ -32,7 +32,7 @@ struct MeasureSettings {
   SyncMode sync = SyncMode::kBsp;
   int warmup = 5;
   // Measured operations per worker; 0: as many as fit in `duration` (decided by rank 0 from
-  // the warm-up and shared with the others).
+  // a calibration run, FitToDuration, and shared with the others).
   int iterations = 0;
   absl::Duration duration = absl::Milliseconds(500);
   int inflight = 1;  // outstanding operations per worker
