@@ -17,6 +17,18 @@ namespace {
 
 constexpr int64_t kMax = 50000;
 
+// Until `stop`: works a while, as a thread that answers would, then yields (counting its turns
+// in `turns` where given).
+void WorkBetweenYields(const std::atomic<bool>& stop, std::atomic<int>* turns = nullptr) {
+  while (!stop.load()) {
+    if (turns != nullptr) turns->fetch_add(1);
+    const int64_t until = NowNanos() + 4 * SpinPacer::kAnotherWorkedNs;
+    while (NowNanos() < until) {
+    }
+    sched_yield();
+  }
+}
+
 TEST(SpinPacerTest, DropsToItsMinimumOnceAYieldLetAnotherThreadRun) {
   SpinPacer pacer(kMax);
   EXPECT_EQ(pacer.spin_ns(), kMax);
@@ -81,16 +93,7 @@ TEST(SpinPacerTest, YieldFindsWhetherAnotherThreadWorked) {
 
   std::atomic<bool> stop{false};
   std::atomic<int> turns{0};
-  std::thread other([&] {
-    while (!stop.load()) {
-      turns.fetch_add(1);
-      // Works a while, as a thread that answers would, then lets the yielder run again.
-      const int64_t until = NowNanos() + 4 * SpinPacer::kAnotherWorkedNs;
-      while (NowNanos() < until) {
-      }
-      sched_yield();
-    }
-  });
+  std::thread other([&] { WorkBetweenYields(stop, &turns); });
   // The new thread waits for this one's CPU (same priority); the yield lets it run.
   pacer.Yield();
   EXPECT_GT(turns.load(), 0);
@@ -154,12 +157,7 @@ TEST(SpinPacerTest, AThreadWhoseYieldsKeepHandingItsCpuOverMovesToAnother) {
   std::atomic<bool> stop{false};
   std::thread other([&] {
     sched_setaffinity(0, sizeof(one), &one);
-    while (!stop.load()) {
-      const int64_t until = NowNanos() + 4 * SpinPacer::kAnotherWorkedNs;
-      while (NowNanos() < until) {
-      }
-      sched_yield();
-    }
+    WorkBetweenYields(stop);
   });
   int yields = 0;
   int cpu = shared_cpu;
