@@ -142,6 +142,8 @@ The handle of an asynchronous push, pull or push-pull. The arrays passed to the 
 until the operation ends, even if this handle is dropped.)doc")
       .def("wait", &OperationHandle::Wait,
            "Blocks (without the GIL) until the operation ends; raises hetps.Error if it failed.")
+      .def_property_readonly("_waiters", &OperationHandle::waiters,
+                             "Threads that called wait() on it (for tests).")
       .def("done", &OperationHandle::Done, "Whether the operation has ended.")
       .def(
           "add_done_callback",
@@ -149,8 +151,9 @@ until the operation ends, even if this handle is dropped.)doc")
             self.cast<OperationHandle&>().AddDoneCallback(self, std::move(callback));
           },
           py::arg("callback"),
-          "Calls callback(operation) once it has ended (on hetps's callback thread, or at once "
-          "if it has ended already). Exceptions it raises are reported, not propagated.")
+          "Calls callback(operation) once it has ended (on a thread waiting for it in wait(), "
+          "else on hetps's callback thread; at once if it has ended already). Exceptions it "
+          "raises are reported, not propagated.")
       .def("exception", &OperationHandle::Exception,
            "None if the ended operation succeeded, else its hetps.Error (not raised).");
 }

@@ -91,18 +91,33 @@ void FinishOperation(OperationState& state, const absl::Status& status) {
   state.keep_alive.clear();  // after the callbacks, which may read the pulled values
 }
 
+void OperationState::AddWaiter() {
+  absl::MutexLock lock(&mu_);
+  ++waiters_;
+}
+
+int OperationState::waiters() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_;
+}
+
 DoneCallback PostTo(std::shared_ptr<OperationState> state) {
   return [state = std::move(state)](const absl::Status& status) mutable {
+    // A waiter holds the handle, and so the state, until it has finished it: when this
+    // callback lets go of its reference the state's arrays are gone or someone else holds it.
+    if (state->HasWaiter()) return;
     CallbackRunner::Get().Post(std::move(state), status);
   };
 }
 
 void OperationHandle::Wait() {
   absl::Status status;
+  state_->AddWaiter();
   {
     py::gil_scoped_release release;
     status = operation_.Wait();
   }
+  FinishOperation(*state_, status);  // nothing where the runner (or another waiter) did
   RaiseIfError(status);
 }
 

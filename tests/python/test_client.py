@@ -1,5 +1,6 @@
 """hetps.Client against real ps-server processes: values, dtypes, lifetimes, errors."""
 
+import contextlib
 import gc
 import os
 import threading
@@ -23,6 +24,20 @@ def eventually(predicate, timeout=10.0):
             return False
         time.sleep(0.01)
     return True
+
+
+@contextlib.contextmanager
+def two_workers(cluster_factory):
+    """Both workers' clients of a two-worker job, in this process, and their ids of one tensor
+    of 64 zeros summed by the shard."""
+    cluster = cluster_factory(workers=2)
+    clients = [client_for(cluster, rank=r) for r in range(2)]
+    try:
+        yield clients, [c.declare("w", initial_values=np.zeros(64, np.float32), optimizer="sum")
+                        for c in clients]
+    finally:
+        for c in clients:
+            c.shutdown()
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -94,11 +109,7 @@ def test_waits_release_the_gil_and_memory_outlives_the_handle(cluster_factory):
     # Two workers in one process: worker 0's pull of version 1 waits for worker 1's push, which
     # another Python thread makes while worker 0 is blocked in wait() (a held GIL would hang
     # here, until the ctest timeout).
-    cluster = cluster_factory(workers=2)
-    clients = [client_for(cluster, rank=r) for r in range(2)]
-    try:
-        ids = [c.declare("w", initial_values=np.zeros(64, np.float32), optimizer="sum")
-               for c in clients]
+    with two_workers(cluster_factory) as (clients, ids):
         out = torch.zeros(64)
         out_ref = weakref.ref(out)
         called = []
@@ -128,9 +139,29 @@ def test_waits_release_the_gil_and_memory_outlives_the_handle(cluster_factory):
         assert torch.equal(called[0][1], torch.full((64,), 2.0))
         gc.collect()
         assert eventually(lambda: out_ref() is None), "the pull kept its memory after it ended"
-    finally:
-        for c in clients:
-            c.shutdown()
+
+
+def test_a_thread_in_wait_finishes_the_operation_itself(cluster_factory):
+    # Handing the ended operation to the callback thread would wake that thread just as the
+    # waiter wants the GIL back: the waiter runs the callbacks and lets go of the arrays itself.
+    with two_workers(cluster_factory) as (clients, ids):
+        ran_on = []
+        pull = clients[0].pull(ids[0], torch.zeros(64), min_version=1,
+                               callback=lambda op: ran_on.append(threading.get_ident()))
+        saw_waiter = []
+
+        def push_once_waited_for():
+            # The pull ends with version 1, after both pushes: only once the main thread waits.
+            saw_waiter.append(eventually(lambda: pull._waiters == 1))
+            hetps.wait_all([c.push(i, np.ones(64, np.float32), 0) for c, i in zip(clients, ids)])
+
+        thread = threading.Thread(target=push_once_waited_for)
+        thread.start()
+        pull.wait()
+        thread.join(30)
+        assert saw_waiter == [True]
+        assert eventually(lambda: len(ran_on) == 1)
+        assert ran_on == [threading.get_ident()], "the callback ran on another thread"
 
 
 def test_callbacks_run_once_even_when_added_late(cluster_factory):
