@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -52,18 +54,73 @@ const char* DTypeName(DType dtype) {
   return "fp32";
 }
 
-bool IsTorchTensor(py::handle object) {
-  return py::hasattr(object, "data_ptr") && py::hasattr(object, "is_contiguous") &&
-         py::hasattr(object, "numel");
+namespace {
+
+// Every call looks at its arrays' attributes: by names made into Python strings once (a lookup
+// by C string makes a new string each time), and what it learns about their types and dtypes
+// is remembered. All of it only with the GIL held.
+struct Names {
+  py::str data_ptr{"data_ptr"};
+  py::str is_contiguous{"is_contiguous"};
+  py::str numel{"numel"};
+  py::str requires_grad{"requires_grad"};
+  py::str is_cpu{"is_cpu"};
+  py::str is_cuda{"is_cuda"};
+  py::str dtype{"dtype"};
+};
+
+const Names& AttributeNames() {
+  static const Names* names = new Names();  // never destroyed: it would outlive the interpreter
+  return *names;
 }
 
+// What was learned about Python objects that a program has few of and keeps (types, torch's
+// dtype objects), by address: each one remembered holds a reference, so that its address is
+// never another object's. Past kMost objects, the rest are not remembered.
+template <typename Value>
+class Remembered {
+ public:
+  static constexpr size_t kMost = 16;
+
+  const Value* Find(py::handle object) const {
+    for (const auto& [known, value] : seen_) {
+      if (known == object.ptr()) return &value;
+    }
+    return nullptr;
+  }
+  void Add(py::handle object, Value value) {
+    if (seen_.size() >= kMost) return;
+    object.inc_ref();
+    seen_.emplace_back(object.ptr(), std::move(value));
+  }
+
+ private:
+  std::vector<std::pair<PyObject*, Value>> seen_;
+};
+
+}  // namespace
+
+bool IsTorchTensor(py::handle object) {
+  static auto* tensor_types = new Remembered<bool>();  // never destroyed, as the names
+  const py::handle type(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())));
+  if (const bool* known = tensor_types->Find(type)) return *known;
+  const Names& names = AttributeNames();
+  const bool tensor = py::hasattr(type, names.data_ptr) && py::hasattr(type, names.is_contiguous) &&
+                      py::hasattr(type, names.numel);
+  tensor_types->Add(type, tensor);
+  return tensor;
+}
+
+bool IsCudaTensor(py::handle tensor) { return tensor.attr(AttributeNames().is_cuda).cast<bool>(); }
+
 absl::Status CheckTorchLayout(py::handle tensor, bool writable) {
-  if (!tensor.attr("is_contiguous")().cast<bool>()) {
+  const Names& names = AttributeNames();
+  if (!tensor.attr(names.is_contiguous)().cast<bool>()) {
     return absl::InvalidArgumentError(
         "a tensor that is not contiguous: pass tensor.contiguous() (a copy), or a contiguous "
         "tensor to write into");
   }
-  if (writable && tensor.attr("requires_grad").cast<bool>()) {
+  if (writable && tensor.attr(names.requires_grad).cast<bool>()) {
     return absl::InvalidArgumentError(
         "a tensor that requires grad cannot be written behind autograd's back: pass "
         "tensor.data");
@@ -73,23 +130,37 @@ absl::Status CheckTorchLayout(py::handle tensor, bool writable) {
 
 namespace {
 
+// The DType of a torch dtype object (torch.float32, ...: singletons), its name parsed once.
+absl::StatusOr<DType> TorchDType(py::handle dtype) {
+  static auto* dtypes = new Remembered<DType>();  // never destroyed, as the names
+  if (const DType* known = dtypes->Find(dtype)) return *known;
+  std::string name = py::str(dtype);
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  absl::StatusOr<DType> parsed = ParseDType(name);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a tensor of torch.", name, ": hetps takes float32, bfloat16 or float16"));
+  }
+  dtypes->Add(dtype, *parsed);
+  return parsed;
+}
+
 absl::StatusOr<HostArray> TorchArray(py::handle tensor, bool writable) {
-  const std::string device = py::str(tensor.attr("device").attr("type"));
-  if (device != "cpu") {
+  const Names& names = AttributeNames();
+  const auto device_type = [&] { return std::string(py::str(tensor.attr("device").attr("type"))); };
+  // is_cpu (newer torch versions) is quicker to read than device.type.
+  const py::object is_cpu = py::getattr(tensor, names.is_cpu, py::none());
+  if (is_cpu.is_none() ? device_type() != "cpu" : !is_cpu.cast<bool>()) {
+    const std::string device = device_type();
     return absl::InvalidArgumentError(absl::StrCat(
         "a ", device, " tensor: this module moves CPU tensors only (copy it with .cpu())"));
   }
-  std::string dtype = py::str(tensor.attr("dtype"));
-  if (dtype.rfind("torch.", 0) == 0) dtype = dtype.substr(6);
-  absl::StatusOr<DType> parsed = ParseDType(dtype);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a tensor of torch.", dtype, ": hetps takes float32, bfloat16 or float16"));
-  }
+  absl::StatusOr<DType> parsed = TorchDType(tensor.attr(names.dtype));
+  if (!parsed.ok()) return parsed.status();
   if (absl::Status layout = CheckTorchLayout(tensor, writable); !layout.ok()) return layout;
   HostArray array;
-  array.data = reinterpret_cast<void*>(tensor.attr("data_ptr")().cast<uintptr_t>());
-  array.elements = tensor.attr("numel")().cast<size_t>();
+  array.data = reinterpret_cast<void*>(tensor.attr(names.data_ptr)().cast<uintptr_t>());
+  array.elements = tensor.attr(names.numel)().cast<size_t>();
   array.dtype = *parsed;
   array.owner = py::reinterpret_borrow<py::object>(tensor);
   return array;

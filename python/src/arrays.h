@@ -29,8 +29,11 @@ struct HostArray {
 // REQUIRES: the GIL is held.
 absl::StatusOr<HostArray> HostArrayOf(pybind11::handle object, bool writable);
 
-// Whether `object` looks like a torch tensor (without importing torch). REQUIRES: the GIL.
+// Whether `object` looks like a torch tensor (without importing torch): its type has data_ptr,
+// is_contiguous and numel. REQUIRES: the GIL.
 bool IsTorchTensor(pybind11::handle object);
+// Whether the torch tensor `tensor` is in CUDA memory. REQUIRES: the GIL.
+bool IsCudaTensor(pybind11::handle tensor);
 // InvalidArgument for a torch tensor that is not contiguous, or that requires grad when
 // `writable` (a pull target). REQUIRES: the GIL is held.
 absl::Status CheckTorchLayout(pybind11::handle tensor, bool writable);

@@ -94,9 +94,10 @@ absl::StatusOr<DeviceArray> InterfaceArray(py::handle object, bool writable) {
 }  // namespace
 
 bool IsDeviceArray(py::handle object) {
-  if (IsTorchTensor(object))
-    return std::string(py::str(object.attr("device").attr("type"))) == "cuda";
-  return py::hasattr(object, kInterface);
+  if (IsTorchTensor(object)) return IsCudaTensor(object);
+  // On the object: the protocol lets an instance carry it (not only its type).
+  static const py::str* interface = new py::str(kInterface);  // never destroyed
+  return py::hasattr(object, *interface);
 }
 
 absl::StatusOr<DeviceArray> DeviceArrayOf(py::handle object, bool writable) {
