@@ -139,7 +139,8 @@ void BindStats(py::module_& m) {
 void BindOperation(py::module_& m) {
   py::class_<OperationHandle>(m, "Operation", R"doc(
 The handle of an asynchronous push, pull or push-pull. The arrays passed to the call stay alive
-until the operation ends, even if this handle is dropped.)doc")
+until the operation ends, even if this handle is dropped; while the handle lives, until wait()
+or add_done_callback() finds it ended, or the handle is dropped.)doc")
       .def("wait", &OperationHandle::Wait,
            "Blocks (without the GIL) until the operation ends; raises hetps.Error if it failed.")
       .def_property_readonly("_waiters", &OperationHandle::waiters,
@@ -173,6 +174,9 @@ PYBIND11_MODULE(_hetps, m) {
   m.def(
       "_stop_callbacks", [] { CallbackRunner::Get().Stop(); },
       "Ends the callback thread (registered with atexit).");
+  m.def(
+      "_callbacks_posted", [] { return CallbackRunner::Get().posted(); },
+      "Ended operations handed to the callback thread so far (for tests).");
 }
 
 }  // namespace hetps::python

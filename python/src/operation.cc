@@ -31,6 +31,7 @@ CallbackRunner& CallbackRunner::Get() {
 
 void CallbackRunner::Post(std::shared_ptr<OperationState> state, absl::Status status) {
   absl::MutexLock lock(&mu_);
+  ++posted_;
   if (stopping_) {
     // After Stop() nothing may touch Python any more: keep the state (and its objects) forever.
     new std::shared_ptr<OperationState>(std::move(state));
@@ -61,6 +62,11 @@ void CallbackRunner::Loop() {
     FinishOperation(*item.first, item.second);
     item.first.reset();  // with the GIL: the state may hold the last references
   }
+}
+
+uint64_t CallbackRunner::posted() {
+  absl::MutexLock lock(&mu_);
+  return posted_;
 }
 
 void CallbackRunner::Stop() {
@@ -101,13 +107,58 @@ int OperationState::waiters() const {
   return waiters_;
 }
 
+void OperationState::AddHandle() {
+  absl::MutexLock lock(&mu_);
+  ++handles_;
+}
+
+bool OperationState::DropHandle() {
+  absl::MutexLock lock(&mu_);
+  --handles_;
+  return handles_ == 0 && ended_ && !to_runner_;
+}
+
+bool OperationState::ExpectCallbacks() {
+  absl::MutexLock lock(&mu_);
+  callbacks_expected_ = true;
+  return ended_ && !to_runner_;
+}
+
+bool OperationState::EndNeedsRunner(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  ended_status_ = status;
+  to_runner_ = RunnerNeeded();
+  return to_runner_;
+}
+
+absl::Status OperationState::ended_status() const {
+  absl::MutexLock lock(&mu_);
+  return ended_status_;
+}
+
 DoneCallback PostTo(std::shared_ptr<OperationState> state) {
   return [state = std::move(state)](const absl::Status& status) mutable {
-    // A waiter holds the handle, and so the state, until it has finished it: when this
-    // callback lets go of its reference the state's arrays are gone or someone else holds it.
-    if (state->HasWaiter()) return;
-    CallbackRunner::Get().Post(std::move(state), status);
+    // Where a handle lives, it holds the state until the state is finished: when this
+    // callback lets go of its reference, the state's arrays are gone or someone else holds it.
+    if (state->EndNeedsRunner(status)) CallbackRunner::Get().Post(std::move(state), status);
   };
+}
+
+OperationHandle::OperationHandle(Operation operation, std::shared_ptr<OperationState> state)
+    : operation_(std::move(operation)), state_(std::move(state)) {
+  state_->AddHandle();
+}
+
+OperationHandle::OperationHandle(const OperationHandle& other)
+    : operation_(other.operation_), state_(other.state_) {
+  state_->AddHandle();
+}
+
+OperationHandle::~OperationHandle() {
+  if (state_ != nullptr && state_->DropHandle()) {
+    FinishOperation(*state_, state_->ended_status());
+  }
 }
 
 void OperationHandle::Wait() {
@@ -129,6 +180,7 @@ void OperationHandle::AddDoneCallback(py::object self, py::object callback) {
     return;
   }
   state_->callbacks.emplace_back(std::move(callback), std::move(self));
+  if (state_->ExpectCallbacks()) FinishOperation(*state_, state_->ended_status());
 }
 
 py::object OperationHandle::Exception() {

@@ -164,6 +164,29 @@ def test_a_thread_in_wait_finishes_the_operation_itself(cluster_factory):
         assert ran_on == [threading.get_ident()], "the callback ran on another thread"
 
 
+def test_an_ended_operation_is_finished_by_its_handle_not_the_callback_thread(cluster_factory):
+    # With a handle alive and no callback, the next to look at the ended operation finishes it
+    # (wait(), add_done_callback(), the handle's end); the callback thread would take the GIL.
+    cluster = cluster_factory()
+    with client_for(cluster) as client:
+        w = client.declare("w", initial_values=np.arange(4, dtype=np.float32), optimizer="sum")
+        posted = hetps._hetps._callbacks_posted()
+        outs = [torch.zeros(4) for _ in range(3)]
+        dropped = weakref.ref(outs[2])
+        ops = [client.pull(w, out) for out in outs]
+        del outs
+        assert eventually(lambda: all(op.done() for op in ops))
+        ops[0].wait()
+        seen = []
+        ops[1].add_done_callback(seen.append)
+        assert seen == [ops[1]], "a callback added after the end runs at once"
+        assert dropped() is not None, "the array was let go before its operation was finished"
+        del ops[2]
+        gc.collect()
+        assert dropped() is None, "the handle's end did not let go of the array"
+        assert hetps._hetps._callbacks_posted() == posted
+
+
 def test_callbacks_run_once_even_when_added_late(cluster_factory):
     cluster = cluster_factory()
     with client_for(cluster) as client:
