@@ -32,6 +32,7 @@ namespace {
 
 using test_calls::kEcho;
 using test_calls::kNeverReply;
+using test_calls::kRecord;
 using test_calls::kReplyLater;
 using test_calls::MakeRequest;
 using test_calls::TestHandler;
@@ -418,6 +419,23 @@ TEST(UcxTransportTest, ACallerThatGivesUpWaitingIsAnsweredThroughTheProgressThre
     EXPECT_LT(ends.TimedCall(MakeRequest(kReplyLater, "x", absl::Seconds(5))), absl::Seconds(2))
         << call;
   }
+}
+
+// A call started right after a wait, that nobody waits for yet, leaves at once: the client's
+// progress thread stands by while callers drive and runs a posted send only when its nap ends
+// (30 s here), so whatever the caller does meanwhile would not overlap the call.
+TEST(UcxTransportTest, ACallNobodyWaitsForLeavesWhileTheProgressThreadStandsBy) {
+  UcxOptions client_options;
+  client_options.poll_before_sleep = absl::Seconds(5);  // the caller drives until answered
+  client_options.standby_nap = absl::Seconds(30);
+  ServerAndClient ends(UcxOptions(), client_options);
+  ASSERT_OK(ends.listener);
+  ASSERT_OK(ends.connection);
+  // Answered 20 ms later: the progress thread stands by meanwhile, and after.
+  ends.TimedCall(MakeRequest(kReplyLater, "x", absl::Seconds(5)));
+  (*ends.connection)->Call(MakeRequest(kRecord, "7"), [](absl::StatusOr<Response>) {});
+  EXPECT_TRUE(
+      testing::AwaitCondition([&] { return !ends.handler.recorded().empty(); }, absl::Seconds(10)));
 }
 
 }  // namespace

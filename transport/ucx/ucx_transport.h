@@ -58,9 +58,10 @@ struct UcxOptions {
   absl::Duration poll_alone = absl::Microseconds(50);
   // While callers drive a client's worker (they wait for their calls), its progress thread
   // stands by asleep, waking at least this often: a caller that gives up waiting wakes it at
-  // once, but calls that no caller waits for (asynchronous ones, after the last waiting caller
-  // stopped driving) wait for it this long at most. (A polling progress thread, even one that
-  // yields at once, counts as busy: with a worker and a shard on a machine of two CPUs, the
+  // once, but the answers to calls that no caller waits for (asynchronous ones, after the last
+  // waiting caller stopped driving) wait for it this long at most; such calls are sent at once,
+  // by the thread that starts them (UcxWorker::RunOrPost). (A polling progress thread, even one
+  // that yields at once, counts as busy: with a worker and a shard on a machine of two CPUs, the
   // scheduler left the waiting caller and the shard on one CPU in a third of runs, a 4 KiB
   // push+pull taking 15-20 us instead of 4-5.)
   absl::Duration standby_nap = absl::Microseconds(200);

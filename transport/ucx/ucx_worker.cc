@@ -178,14 +178,23 @@ void UcxWorker::Wake() {
 UcxWorker::Here UcxWorker::EnterHere() {
   if (held_worker == this) return Here::kHeldAlready;
   // Without busy polling the progress thread may sleep in epoll, armed: it would not notice
-  // what a send from here leaves to progress. So only a busy-polling worker runs tasks here
-  // (its progress thread never sleeps).
-  if (!options_.busy_poll || !ucx_mu_.TryLock()) return Here::kBusy;
+  // what a send from here leaves to progress. So a task runs here only where that thread will
+  // progress after it: busy polling (it never sleeps), or standing by while callers drive (it
+  // progresses before it can sleep again, holding the worker: after this thread lets go).
+  // Standing by it would run a posted task only when its nap ends: a call started right after
+  // a wait, that nobody waits for yet, would leave up to UcxOptions::standby_nap late.
+  if (!options_.busy_poll && !standing_by_.load()) return Here::kBusy;
+  if (!ucx_mu_.TryLock()) return Here::kBusy;
   // Holding the worker, the task runs before the progress thread can release UCX, even if
   // Stop() comes meanwhile.
   if (stop_requested_.load()) {
     ucx_mu_.Unlock();
     return Here::kStopping;
+  }
+  // Again, holding the worker: it may have stopped standing by, and armed, meanwhile.
+  if (!options_.busy_poll && !standing_by_.load()) {
+    ucx_mu_.Unlock();
+    return Here::kBusy;
   }
   entered_from_ = held_worker;
   held_worker = this;

@@ -1,6 +1,7 @@
 // UcxWorker: one UCP context and worker, driven by one progress thread. UCX is used by one
 // thread at a time, the one holding the worker (its lock): the progress thread, a thread that
-// waits for its calls (driving), or with busy polling one that runs a task at once (RunOrPost).
+// waits for its calls (driving), or one that runs a task at once (RunOrPost: with busy polling,
+// or while the progress thread stands by).
 // Other threads Post() tasks, which wake the progress thread through an eventfd. When there is
 // nothing to progress the thread polls for a while, then sleeps in epoll on the worker's event
 // fd (ucp_worker_arm) and that eventfd, unless busy polling was asked for.
@@ -12,12 +13,12 @@
 // thread to the scheduler, which then left the caller and the shard it waits for on one CPU of
 // two in a third of runs. A caller that gives up waiting wakes it (EndDriving); calls no caller
 // waits for are progressed when its nap ends (UcxOptions::standby_nap), or at once by a caller
-// that drives. The progress thread of a worker that callers drive yields the CPU at every turn
-// it polls with nothing to do: on a CPU it shares with a caller it then takes almost no time,
-// and it still serves at once a caller that blocks instead. A server's worker, which no caller
-// drives, polls without yielding for UcxOptions::poll_alone after its last event (a yield
-// costs a system call), then yields too; sleeping when idle, less where its yields show a
-// thread waiting for its CPU (SpinPacer).
+// that drives (they are sent at once, RunOrPost). The progress thread of a worker that callers
+// drive yields the CPU at every turn it polls with nothing to do: on a CPU it shares with a caller
+// it then takes almost no time, and it still serves at once a caller that blocks instead. A
+// server's worker, which no caller drives, polls without yielding for UcxOptions::poll_alone after
+// its last event (a yield costs a system call), then yields too; sleeping when idle, less where its
+// yields show a thread waiting for its CPU (SpinPacer).
 //
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
@@ -70,9 +71,9 @@ class UcxWorker {
   // once stopping (the task is dropped).
   bool Post(absl::AnyInvocable<void()> task);
   // Runs `task` at once when the calling thread holds the worker (a reply sent from a request's
-  // handler) or, with busy polling, when no other thread holds it (after the tasks posted
-  // before); else posts it. False once stopping (the task is dropped). A template, so that a
-  // task run at once is never wrapped (the wrapping allocates).
+  // handler) or, with busy polling or while the progress thread stands by, when no other thread
+  // holds it (after the tasks posted before); else posts it. False once stopping (the task is
+  // dropped). A template, so that a task run at once is never wrapped (the wrapping allocates).
   template <typename Task>
   bool RunOrPost(Task&& task) {
     switch (EnterHere()) {
