@@ -374,8 +374,9 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   cluster_.shard(1).Signal(SIGKILL);
   ASSERT_EQ(cluster_.shard(1).Wait(absl::Seconds(10)), 128 + SIGKILL);
   for (int r = 0; r < 2; ++r) {
+    // Both workers' logs: where one waits for the other's step, the other's says why.
     ASSERT_EQ(workers[r]->Wait(absl::Seconds(120)), 0)
-        << WorkerLog(cluster_, r) << ShardLogs(cluster_);
+        << integration::WorkerLogs(cluster_, 2) << ShardLogs(cluster_);
   }
   const std::string last = server::CheckpointStepDir(dir, steps);
   ASSERT_TRUE(AwaitFile(last + "/MANIFEST", absl::Seconds(30))) << ShardLogs(cluster_);
