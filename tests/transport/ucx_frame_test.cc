@@ -19,6 +19,7 @@
 #include "tests/testing/subprocess.h"
 #include "tests/testing/transports.h"
 #include "transport/grpc/grpc_transport.h"
+#include "transport/ucx/ucx_lanes.h"
 #include "transport/ucx/ucx_server.h"
 #include "transport/ucx/ucx_worker.h"
 

@@ -23,6 +23,7 @@
 #include "transport/ucx/send_window.h"
 #include "transport/ucx/shared_memory.h"
 #include "transport/ucx/ucx_client_core.h"
+#include "transport/ucx/ucx_lanes.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport::ucx_internal {

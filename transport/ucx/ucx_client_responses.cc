@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "transport/ucx/ucx_client_core.h"
+#include "transport/ucx/ucx_lanes.h"
 #include "transport/ucx/ucx_server.h"
 
 namespace hetps::transport::ucx_internal {

@@ -19,6 +19,7 @@
 #include "transport/internal/server_connection.h"
 #include "transport/ucx/send_window.h"
 #include "transport/ucx/shared_memory.h"
+#include "transport/ucx/ucx_lanes.h"
 
 namespace hetps::transport::ucx_internal {
 

@@ -246,19 +246,6 @@ void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait = absl::Z
 // How long a shutdown waits for its goodbye and the close to go out.
 inline constexpr absl::Duration kCloseWait = absl::Seconds(1);
 
-// The RNDV_THRESH a worker's context gets (see UcxOptions::rndv_threshold), 0 for UCX's own:
-// `configured` if set; else 0 when the environment sets UCX_RNDV_THRESH or `rdma_class_dir`
-// lists a device; else 512 KiB.
-size_t RendezvousThreshold(size_t configured, const char* rdma_class_dir = "/sys/class/infiniband");
-
-// Which UCX transports an endpoint uses, for the log ("tcp/lo", "posix/memory", ...).
-std::string DescribeLanes(ucp_ep_h ep);
-// Whether lanes (as DescribeLanes puts them) carry messages over TCP through a network device,
-// not loopback: where a large message may have to go eagerly (SendWindow).
-bool LanesCrossANetworkOverTcp(absl::string_view lanes);
-// Whether any of those lanes is UCX's TCP transport, loopback included.
-bool LanesUseTcp(absl::string_view lanes);
-
 absl::Status UcxError(absl::string_view what, ucs_status_t status);
 
 }  // namespace hetps::transport::ucx_internal
