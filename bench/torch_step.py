@@ -152,22 +152,26 @@ def run_ps_bench(args, rule):
     model_bytes = max(1, args.model_mb * (1 << 20) // (4 * LAYER_ELEMENTS)) * 4 * LAYER_ELEMENTS
 
     def body(cluster):
-        out_dir = tempfile.mkdtemp(prefix="torch-step-")
-        procs = []
-        for rank in range(args.workers):
-            procs.append(subprocess.Popen(
-                [os.path.join(args.build, "bench", "ps-bench"),
-                 f"--servers={','.join(cluster.servers)}", f"--rank={rank}",
-                 f"--world_size={args.workers}", f"--transport={args.transport}",
-                 "--op=pushpull", f"-b={model_bytes}", f"-e={model_bytes}",
-                 f"--optimizer={rule}", f"--iterations={args.steps}",
-                 f"--warmup={args.warmup}", "--timeout_s=300",
-                 f"--json={out_dir}/rank{rank}.json"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        finish_all(procs, f"ps-bench ({rule})", args.way_timeout_s)
-        with open(f"{out_dir}/rank0.json") as f:
-            return json.load(f)["results"][0]["p50_us"] / 1e6
+        with tempfile.TemporaryDirectory(prefix="torch-step-") as out_dir:
+            return run_ps_bench_workers(args, rule, model_bytes, cluster, out_dir)
     return with_cluster(args, body)
+
+
+def run_ps_bench_workers(args, rule, model_bytes, cluster, out_dir):
+    procs = []
+    for rank in range(args.workers):
+        procs.append(subprocess.Popen(
+            [os.path.join(args.build, "bench", "ps-bench"),
+             f"--servers={','.join(cluster.servers)}", f"--rank={rank}",
+             f"--world_size={args.workers}", f"--transport={args.transport}",
+             "--op=pushpull", f"-b={model_bytes}", f"-e={model_bytes}",
+             f"--optimizer={rule}", f"--iterations={args.steps}",
+             f"--warmup={args.warmup}", "--timeout_s=300",
+             f"--json={out_dir}/rank{rank}.json"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    finish_all(procs, f"ps-bench ({rule})", args.way_timeout_s)
+    with open(f"{out_dir}/rank0.json") as f:
+        return json.load(f)["results"][0]["p50_us"] / 1e6
 
 
 def main():
