@@ -443,7 +443,7 @@ TEST_P(CheckpointTest, CheckpointsStillCommitAfterATakeoverAndRestoreBitwise) {
   }
   for (const Operation& operation : operations) {
     const absl::Status status = operation.Wait();
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(status.ok()) << status << "\n" << ShardLogs(restored);
   }
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(std::memcmp(pulled[r].data(), model.data(), model.size() * sizeof(float)), 0)
