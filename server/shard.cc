@@ -129,6 +129,16 @@ void Shard::HandleRequest(transport::Request request, transport::ReplyCallback r
       return;
     }
   }
+  // Replicated, updates wait for the registration: a backup takes a server that sent it
+  // changes but is not registered for gone.
+  const bool updates = request.method == hetps::v1::METHOD_PUSH ||
+                       request.method == hetps::v1::METHOD_PUSH_PULL ||
+                       request.method == hetps::v1::METHOD_WRITE_STATE;
+  if (updates && replication_on_ && lease_ != nullptr && !serving_.load()) {
+    reply(absl::UnavailableError(
+        absl::StrFormat("shard %d is not registered in etcd yet", options_.shard_index)));
+    return;
+  }
   switch (request.method) {
     case hetps::v1::METHOD_HELLO:
       reply(Hello(request));

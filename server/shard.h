@@ -265,8 +265,12 @@ class Shard final : public transport::RequestHandler {
   void ManageGroups();
   void ManageGroup(uint32_t group, GroupRecord record);
   // Takes the record's server as the group's, unless the record names this shard from an
-  // earlier run (false: the group is not this shard's to serve).
+  // earlier run (false: the group is not this shard's to serve). A group this shard served
+  // and another serves now is let go (LetGo).
   bool NoteServer(uint32_t group, const GroupRecord& record);
+  // Another shard serves `group` since `epoch`: what waits here for its partitions is
+  // answered Unavailable, which workers retry at the group's other copy.
+  void LetGo(uint32_t group, uint64_t epoch);
   void WatchBackup(uint32_t group, const GroupRecord& record);
   void TakeOver(uint32_t group, const GroupRecord& record);
   void ForgetBackup(uint32_t group, uint32_t backup);

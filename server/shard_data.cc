@@ -61,6 +61,14 @@ absl::StatusOr<std::pair<TensorRef, Partition*>> Shard::LocatePartition(uint64_t
         "partition %d of tensor '%s' is served by shard %d; this shard %d keeps its backup", index,
         name, group_server_[home].load(), options_.shard_index));
   }
+  // Taken over by another shard while this one still ran (etcd names the server): its copy
+  // here misses what the other acknowledges.
+  if (const uint32_t server = group_server_[home].load();
+      partition != nullptr && !backup && server != options_.shard_index) {
+    return absl::UnavailableError(absl::StrFormat(
+        "partition %d of tensor '%s' is served by shard %d since a takeover, not this shard %d",
+        index, name, server, options_.shard_index));
+  }
   if (partition == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "partition %d of tensor '%s' belongs to shard %d, not to this shard %d", index, name,

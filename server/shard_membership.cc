@@ -211,7 +211,10 @@ void Shard::ManageGroup(uint32_t group, GroupRecord record) {
     if (!CheckLease().ok()) return;
     if (record.backup >= 0) {
       WatchBackup(group, record);
-    } else {
+    } else if (serving_.load()) {
+      // Registered first: a backup takes a server that sent it changes but is not registered
+      // for gone (a restored shard copied its partitions before it registered, and its new
+      // backup took them over at once).
       CatchUp(group, record);
     }
     return;
@@ -260,8 +263,27 @@ bool Shard::NoteServer(uint32_t group, const GroupRecord& record) {
       record.server_lease != lease_->id()) {
     return false;
   }
-  group_server_[group].store(record.server);
+  const uint32_t was = group_server_[group].exchange(record.server);
+  if (was == options_.shard_index && record.server != was) LetGo(group, record.epoch);
   return true;
+}
+
+void Shard::LetGo(uint32_t group, uint64_t epoch) {
+  const uint32_t server = group_server_[group].load();
+  // At the start a record may still name the shard that served the group in the last run.
+  if (serving_.load()) {
+    LogWarning(
+        "shard %d: shard %d serves the partitions placed on shard %d since epoch %d: this shard "
+        "serves them no more",
+        options_.shard_index, server, group, epoch);
+  }
+  const absl::Status moved = absl::UnavailableError(
+      absl::StrFormat("shard %d serves the partitions placed on shard %d since epoch %d, not "
+                      "this shard %d",
+                      server, group, epoch, options_.shard_index));
+  ForEachPartitionOfGroup(group, [this, moved](const TensorRef& tensor, Partition* p) {
+    owners_[p->owner()]->Post([tensor, p, moved] { p->FailWaiters(moved); });
+  });
 }
 
 void Shard::WatchBackup(uint32_t group, const GroupRecord& record) {
