@@ -67,19 +67,6 @@ Fields AwaitRecord(EtcdClient& etcd, absl::FunctionRef<bool(const Fields&)> done
   return fields;
 }
 
-// Options of a shard of 2, replicated, whose lease ends after 400 ms (it watches every 100).
-ShardOptions ReplicatedShard(uint32_t index, const std::string& etcd,
-                             transport::Transport* transport) {
-  ShardOptions options;
-  options.shard_index = index;
-  options.num_shards = 2;
-  options.replicas = 2;
-  options.etcd = etcd;
-  options.lease_ttl = absl::Milliseconds(400);
-  options.peer_transport = transport;
-  return options;
-}
-
 // A request handed to a shard, and its answer once it comes.
 class Answer {
  public:
@@ -138,35 +125,60 @@ hetps::v1::PullRequest PullOf(const hetps::v1::TensorDecl& decl, uint64_t min_ve
   return pull;
 }
 
+// Each test has an etcd of its own (skipped where Debian's etcd-server is not installed), a
+// client of it, and a gRPC transport for the shards it starts.
+class ShardMembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<testing::EtcdProcess>> etcd = testing::EtcdProcess::Start();
+    if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Connect(etcd_->endpoint());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
+
+  // Shard `index` of 2, replicated, whose lease ends after 400 ms (it watches every 100).
+  ShardOptions Replicated(uint32_t index) const {
+    ShardOptions options;
+    options.shard_index = index;
+    options.num_shards = 2;
+    options.replicas = 2;
+    options.etcd = etcd_->endpoint();
+    options.lease_ttl = absl::Milliseconds(400);
+    options.peer_transport = transport_.get();
+    return options;
+  }
+
+  std::unique_ptr<testing::EtcdProcess> etcd_;
+  std::unique_ptr<EtcdClient> client_;
+  std::shared_ptr<transport::Transport> transport_ = testing::NewTestTransport("grpc");
+};
+
 // At a job's start, the backup names its lease in its primary's group record only once it is
 // registered: a primary that finds a backup's lease in the record but the backup not
 // registered takes it for gone, and its partitions go on without copies (seen in CI: shard 1
 // wrote its lease 240 ms before it registered, and shard 0 dropped it).
-TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
-  auto etcd = testing::EtcdProcess::Start();
-  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport("grpc");
-  Shard primary(ReplicatedShard(0, (*etcd)->endpoint(), transport.get()));
-  Shard backup(ReplicatedShard(1, (*etcd)->endpoint(), transport.get()));
+TEST_F(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
+  Shard primary(Replicated(0));
+  Shard backup(Replicated(1));
   ASSERT_OK(primary.JoinCluster());
   ASSERT_OK(primary.Register("127.0.0.1:1"));
   ASSERT_OK(backup.JoinCluster());  // its watcher runs; not registered yet
-  auto client = EtcdClient::Connect((*etcd)->endpoint());
-  ASSERT_TRUE(client.ok()) << client.status();
 
   // Ten watch periods of both shards: shard 1 stays named, with no lease yet.
-  EXPECT_THAT(FirstBreach(**client, absl::Seconds(1),
+  EXPECT_THAT(FirstBreach(*client_, absl::Seconds(1),
                           [](const Fields& f) { return f[2] == "1" && f[3] == "0"; }),
               IsEmpty())
       << "shard 0 dropped its backup, or shard 1 named its lease, before it registered";
   // Registered, it names its lease, and stays the backup.
   ASSERT_OK(backup.Register("127.0.0.1:2"));
-  const Fields fields = AwaitRecord(**client, [](const Fields& f) { return f[3] != "0"; });
+  const Fields fields = AwaitRecord(*client_, [](const Fields& f) { return f[3] != "0"; });
   ASSERT_EQ(fields.size(), 5u);
   EXPECT_NE(fields[3], "0") << "shard 1 never named its lease";
   EXPECT_THAT(
-      FirstBreach(**client, absl::Milliseconds(500), [](const Fields& f) { return f[2] == "1"; }),
+      FirstBreach(*client_, absl::Milliseconds(500), [](const Fields& f) { return f[2] == "1"; }),
       IsEmpty())
       << "shard 0 dropped its registered backup";
 }
@@ -176,21 +188,15 @@ TEST(ShardMembershipTest, ABackupIsNotTakenForGoneBeforeItRegisters) {
 // update before: a backup takes a server that sent it changes but is not registered for gone.
 // Seen in a test: a restored shard copied its partitions 40 ms before it registered, its new
 // backup took them over, and the first step after the restore waited until its deadline.
-TEST(ShardMembershipTest, AServerIsNotTakenForGoneBeforeItRegisters) {
-  auto etcd = testing::EtcdProcess::Start();
-  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  auto client = EtcdClient::Connect((*etcd)->endpoint());
-  ASSERT_TRUE(client.ok()) << client.status();
+TEST_F(ShardMembershipTest, AServerIsNotTakenForGoneBeforeItRegisters) {
   // The last run's record: shard 0 served its partitions, with no backup.
-  ASSERT_OK((*client)->Put("/hetps/hetps/groups/0", "3 0 - 0 1"));
-  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport("grpc");
-  Shard backup(ReplicatedShard(1, (*etcd)->endpoint(), transport.get()));
+  ASSERT_OK(client_->Put("/hetps/hetps/groups/0", "3 0 - 0 1"));
+  Shard backup(Replicated(1));
   ASSERT_OK(backup.JoinCluster());
-  auto listener = transport->Listen("127.0.0.1:0", &backup);
+  auto listener = transport_->Listen("127.0.0.1:0", &backup);
   ASSERT_TRUE(listener.ok()) << listener.status();
   ASSERT_OK(backup.Register((*listener)->address()));
-  Shard primary(ReplicatedShard(0, (*etcd)->endpoint(), transport.get()));
+  Shard primary(Replicated(0));
   // A tensor the shard holds before it joins, as a restored one does.
   const hetps::v1::DeclareRequest declare = DeclareOnShard0();
   ASSERT_OK(Answer::Ask(primary, hetps::v1::METHOD_DECLARE, declare)->Await(absl::Seconds(10)));
@@ -203,18 +209,18 @@ TEST(ShardMembershipTest, AServerIsNotTakenForGoneBeforeItRegisters) {
       << "an update taken before the registration";
   // Ten watch periods of both shards: shard 0 still serves its partitions (a copy would name
   // its backup first, and then shard 1 took them over).
-  EXPECT_THAT(FirstBreach(**client, absl::Seconds(1),
+  EXPECT_THAT(FirstBreach(*client_, absl::Seconds(1),
                           [](const Fields& f) { return f[1] == "0" && f[2] == "-"; }),
               IsEmpty())
       << "shard 0 copied its partitions before it registered, or shard 1 took them over";
   // Registered, it copies them to shard 1 and names it the backup, and goes on serving.
   ASSERT_OK(primary.Register("127.0.0.1:1"));
   const Fields fields =
-      AwaitRecord(**client, [](const Fields& f) { return f[2] == "1" && f[3] != "0"; });
+      AwaitRecord(*client_, [](const Fields& f) { return f[2] == "1" && f[3] != "0"; });
   ASSERT_EQ(fields.size(), 5u);
   ASSERT_EQ(fields[2], "1") << "shard 0 never named its backup";
   EXPECT_THAT(
-      FirstBreach(**client, absl::Milliseconds(500), [](const Fields& f) { return f[1] == "0"; }),
+      FirstBreach(*client_, absl::Milliseconds(500), [](const Fields& f) { return f[1] == "0"; }),
       IsEmpty())
       << "shard 1 took over the partitions of a registered shard 0";
 }
@@ -223,12 +229,8 @@ TEST(ShardMembershipTest, AServerIsNotTakenForGoneBeforeItRegisters) {
 // waits for them, and every later request, Unavailable: workers retry those at the other copy.
 // It kept them waiting until their deadlines, and went on serving copies the other one no
 // longer updates.
-TEST(ShardMembershipTest, AShardTakenOverWhileItRunsSendsItsWorkersToTheOtherCopy) {
-  auto etcd = testing::EtcdProcess::Start();
-  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport("grpc");
-  Shard shard(ReplicatedShard(0, (*etcd)->endpoint(), transport.get()));
+TEST_F(ShardMembershipTest, AShardTakenOverWhileItRunsSendsItsWorkersToTheOtherCopy) {
+  Shard shard(Replicated(0));
   ASSERT_OK(shard.JoinCluster());
   ASSERT_OK(shard.Register("127.0.0.1:1"));
   const hetps::v1::DeclareRequest declare = DeclareOnShard0();
@@ -239,13 +241,11 @@ TEST(ShardMembershipTest, AShardTakenOverWhileItRunsSendsItsWorkersToTheOtherCop
       Answer::Ask(shard, hetps::v1::METHOD_PULL, PullOf(declare.tensor(), 5));
 
   // Shard 1 took group 0 over (as etcd says once it has).
-  auto client = EtcdClient::Connect((*etcd)->endpoint());
-  ASSERT_TRUE(client.ok()) << client.status();
-  const Fields fields = GroupRecordFields(**client);
+  const Fields fields = GroupRecordFields(*client_);
   ASSERT_EQ(fields.size(), 5u);
   uint64_t epoch = 0;
   ASSERT_TRUE(absl::SimpleAtoi(fields[0], &epoch));
-  ASSERT_OK((*client)->Put("/hetps/hetps/groups/0", absl::StrCat(epoch + 1, " 1 - 0 0")));
+  ASSERT_OK(client_->Put("/hetps/hetps/groups/0", absl::StrCat(epoch + 1, " 1 - 0 0")));
 
   const absl::Status let_go = waiting->Await(absl::Seconds(10));
   EXPECT_EQ(let_go.code(), absl::StatusCode::kUnavailable) << let_go;
@@ -262,28 +262,20 @@ TEST(ShardMembershipTest, AShardTakenOverWhileItRunsSendsItsWorkersToTheOtherCop
 // etcd no longer than its lease: its watcher's read and its lease's renewal are cancelled, and
 // the lease is revoked only while it holds. It took 10 to 15 s (the etcd client's 5 s call
 // timeout, two or three times over).
-TEST(ShardMembershipTest, AShardStopsWithinItsLeaseWhileEtcdIsSilent) {
-  auto etcd = testing::EtcdProcess::Start();
-  if (etcd.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << etcd.status();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  std::shared_ptr<transport::Transport> transport = testing::NewTestTransport("grpc");
-  ShardOptions options;
-  options.num_shards = 2;  // a watcher runs only where there is a backup to watch for
-  options.replicas = 2;
-  options.etcd = (*etcd)->endpoint();
+TEST_F(ShardMembershipTest, AShardStopsWithinItsLeaseWhileEtcdIsSilent) {
+  ShardOptions options = Replicated(0);  // a watcher runs only where there is a backup to watch
   options.lease_ttl = absl::Seconds(1);
-  options.peer_transport = transport.get();
   Shard shard(options);
   ASSERT_OK(shard.JoinCluster());
   ASSERT_OK(shard.Register("127.0.0.1:1"));
-  ASSERT_TRUE((*etcd)->process().Stop());
+  ASSERT_TRUE(etcd_->process().Stop());
   // Long enough for the watcher (every quarter lease) and the renewal (every third) to have
   // sent what etcd now leaves unanswered.
   absl::SleepFor(absl::Milliseconds(600));
   const absl::Time stopping = absl::Now();
   shard.Stop();
   EXPECT_LT(absl::Now() - stopping, absl::Seconds(3));
-  (*etcd)->process().Signal(SIGCONT);
+  etcd_->process().Signal(SIGCONT);
 }
 
 }  // namespace
