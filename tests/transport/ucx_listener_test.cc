@@ -18,6 +18,7 @@
 #include "tests/testing/one_cpu.h"
 #include "tests/testing/status_assertions.h"
 #include "tests/testing/transports.h"
+#include "tests/transport/run_on_worker.h"
 #include "tests/transport/test_handler.h"
 #include "transport/grpc/grpc_transport.h"
 #include "transport/transport.h"
@@ -235,15 +236,6 @@ TEST(UcxTransportTest, CallsThatExpireLeaveNoResponseSinkBehind) {
   EXPECT_EQ(ucx_connection->HeldSinksForTesting(), 0u);
   connection->Shutdown();
   listener->Shutdown();
-}
-
-// Runs `task` holding `worker`; false if it did not run within 10 s.
-bool RunOn(ucx_internal::UcxWorker& worker, absl::AnyInvocable<void()> task) {
-  auto done = std::make_shared<TimedNotification>();
-  return worker.Post([task = std::move(task), done]() mutable {
-    task();
-    done->Notify();
-  }) && done->WaitForNotificationWithTimeout(absl::Seconds(10));
 }
 
 // A client that leaves says goodbye over UCX as its bootstrap connection (gRPC) ends, and the

@@ -54,18 +54,31 @@ absl::StatusOr<std::unique_ptr<ClientWorker>> ClientWorker::Create(const UcxOpti
           if (core == nullptr) return UCS_OK;  // a connection closed in the meantime: drop
           return core->OnResponse(*frame, data, length, param);
         });
+    // Each connection bootstraps again with the new worker's address at its next call. A list
+    // first: a failed call's callback may shut its connection down (out of the map) at once.
+    raw->worker->OnRenewal([raw] {
+      std::vector<std::shared_ptr<ClientCore>> cores;
+      for (const auto& [id, weak] : raw->connections) {
+        if (std::shared_ptr<ClientCore> core = weak.lock()) cores.push_back(std::move(core));
+      }
+      for (const std::shared_ptr<ClientCore>& core : cores) {
+        core->Fail(absl::UnavailableError(absl::StrCat(
+            "this process's UCX receive queue was stuck; reconnecting to ", core->address)));
+      }
+    });
   });
   return client;
 }
 
 void ClientCore::StartBootstrap() {
+  hetps::v1::UcxBootstrapRequest bootstrap_request;
   {
     absl::MutexLock lock(&mu);
     if (shut_down || bootstrapping || ready) return;
     bootstrapping = true;
+    bootstrapped_from = worker->address();
+    bootstrap_request.set_worker_address(bootstrapped_from);
   }
-  hetps::v1::UcxBootstrapRequest bootstrap_request;
-  bootstrap_request.set_worker_address(worker->address());
   bootstrap_request.set_connection_id(local_id);
   bootstrap_request.set_frame_version(kUcxFrameVersion);
   bootstrap_request.set_greeting(greeting);
@@ -174,6 +187,16 @@ void ClientCore::OnProbe(absl::StatusOr<Response> response) {
 }
 
 void ClientCore::Connected(const std::string& server_address, uint64_t id) {
+  {
+    absl::MutexLock lock(&mu);
+    if (bootstrapped_from != worker->address()) {
+      // The worker started afresh since: the server would answer the old one. The next call
+      // bootstraps again.
+      bootstrapping = false;
+      last_error = absl::UnavailableError("this process's UCX worker started afresh meanwhile");
+      return;
+    }
+  }
   large_sends.Clear();  // nothing waiting goes to the endpoint that closes here
   if (ep != nullptr) CloseEndpoint(*worker, std::exchange(ep, nullptr));  // the server restarted
   absl::StatusOr<ucp_ep_h> created =

@@ -47,6 +47,8 @@ struct ClientCore : std::enable_shared_from_this<ClientCore> {
   bool probing ABSL_GUARDED_BY(mu) = false;
   uint64_t server_id ABSL_GUARDED_BY(mu) = 0;
   std::string server_address ABSL_GUARDED_BY(mu);  // the UCX worker connected to
+  // This worker's address as the last bootstrap gave it (it changes if the worker starts afresh).
+  std::string bootstrapped_from ABSL_GUARDED_BY(mu);
   absl::Status last_error ABSL_GUARDED_BY(mu);
 
   // Only by the thread holding the worker.

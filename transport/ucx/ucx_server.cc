@@ -91,6 +91,7 @@ struct UcxListener::Core : std::enable_shared_from_this<Core> {
   void Shutdown();
   void SayGoodbye(Peer& peer);
   void Drop(uint64_t peer);
+  void SayGoodbyeAndDrop(uint64_t peer);
   // Says goodbye to, and drops, the peers bootstrapped on gRPC connection `connection`, which
   // has ended.
   void DropBootstrappedOn(uint64_t connection);
@@ -357,12 +358,7 @@ void UcxListener::Core::Bootstrap(Request request, ReplyCallback reply) {
           core->sweeper->Add(connection, [weak = core->weak_from_this(), id] {
             std::shared_ptr<Core> alive = weak.lock();
             if (alive == nullptr) return;
-            alive->worker->Post([alive, id] {
-              auto it = alive->peers.find(id);
-              if (it == alive->peers.end()) return;
-              alive->SayGoodbye(it->second);
-              alive->Drop(id);
-            });
+            alive->worker->Post([alive, id] { alive->SayGoodbyeAndDrop(id); });
           });
         }
         hetps::v1::UcxBootstrapResponse response;
@@ -406,6 +402,13 @@ void UcxListener::Core::Drop(uint64_t peer) {
   if (gone.mapped().carrier != nullptr) gone.mapped().carrier->Unpin();
 }
 
+void UcxListener::Core::SayGoodbyeAndDrop(uint64_t peer) {
+  auto it = peers.find(peer);
+  if (it == peers.end()) return;
+  SayGoodbye(it->second);
+  Drop(peer);
+}
+
 void UcxListener::Core::DropBootstrappedOn(uint64_t connection) {
   worker->Post([core = shared_from_this(), connection] {
     std::vector<uint64_t> gone;
@@ -415,8 +418,7 @@ void UcxListener::Core::DropBootstrappedOn(uint64_t connection) {
     for (uint64_t id : gone) {
       LogInfo("ucx: closing connection %d: its bootstrap connection ended",
               core->peers[id].connection->id());
-      core->SayGoodbye(core->peers[id]);
-      core->Drop(id);
+      core->SayGoodbyeAndDrop(id);
     }
   });
 }
@@ -480,6 +482,15 @@ absl::StatusOr<std::shared_ptr<UcxListener::Core>> UcxListener::Core::Create(
       std::shared_ptr<Core> core = weak.lock();
       if (core == nullptr) return UCS_OK;
       return core->OnRequest(header, header_length, data, length, param);
+    });
+    // Clients told goodbye reconnect (they bootstrap to the new worker); those that miss it
+    // learn the new address from their next probe.
+    worker->OnRenewal([weak] {
+      std::shared_ptr<Core> core = weak.lock();
+      if (core == nullptr) return;
+      std::vector<uint64_t> all;
+      for (const auto& [id, peer] : core->peers) all.push_back(id);
+      for (uint64_t id : all) core->SayGoodbyeAndDrop(id);
     });
   });
   return core;

@@ -79,6 +79,12 @@ struct UcxOptions {
   // segment attached (4 MiB of address space, the pages the client used, and one of the
   // machine's System V segments, 4096 by default), for the server's life.
   int server_clients_per_worker = 64;
+  // How often a worker checks that messages still reach it over shared memory, and the longest
+  // a stuck receive queue goes unnoticed (twice this: UcxWorker, Receive checks). A sender
+  // killed while it writes into the queue, which all local senders share, leaves it stuck (UCX
+  // 1.13): seen about once in 100 to 1,000 kills of a busy peer. Zero: no checks (and none where
+  // UCX may not use shared memory).
+  absl::Duration receive_check_interval = absl::Seconds(1);
   // For a listener on a wildcard address: where peers reach it (TransportOptions::
   // ucx_advertised_address); "auto" devices follow it.
   std::string advertised_address;

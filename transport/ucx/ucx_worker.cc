@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "transport/ucx/shared_memory.h"
 #include "transport/ucx/spin_pacer.h"
 #include "transport/ucx/ucx_lanes.h"
 
@@ -99,31 +101,20 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   static std::once_flag give_back_sighup;
   std::call_once(give_back_sighup, [] { ucs_debug_disable_signal(SIGHUP); });
 
-  ucp_worker_params_t worker_params = {};
-  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  // One thread at a time (the holder of ucx_mu_), not always the same one.
-  worker_params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  status = ucp_worker_create(w->context_, &worker_params, &w->worker_);
-  if (status != UCS_OK) {
+  std::string address;
+  if (absl::Status created = w->CreateUcpWorker(&w->worker_, &address, &w->ucx_fd_);
+      !created.ok()) {
     ucp_cleanup(w->context_);
-    return UcxError("ucp_worker_create", status);
+    return created;
   }
-  ucp_address_t* address = nullptr;
-  size_t address_length = 0;
-  status = ucp_worker_get_address(w->worker_, &address, &address_length);
-  if (status != UCS_OK) {
-    ucp_worker_destroy(w->worker_);
-    ucp_cleanup(w->context_);
-    return UcxError("ucp_worker_get_address", status);
+  {
+    absl::MutexLock lock(&w->address_mu_);
+    w->address_ = std::move(address);
   }
-  w->address_.assign(reinterpret_cast<const char*>(address), address_length);
-  ucp_worker_release_address(w->worker_, address);
-
-  status = ucp_worker_get_efd(w->worker_, &w->ucx_fd_);
   w->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   w->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   w->standby_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (status != UCS_OK || w->epoll_fd_ < 0 || w->wake_fd_ < 0 || w->standby_fd_ < 0) {
+  if (w->epoll_fd_ < 0 || w->wake_fd_ < 0 || w->standby_fd_ < 0) {
     for (int* fd : {&w->epoll_fd_, &w->wake_fd_, &w->standby_fd_}) {
       if (*fd >= 0) close(std::exchange(*fd, -1));  // Stop() from the destructor writes to some
     }
@@ -131,11 +122,27 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
     ucp_cleanup(w->context_);
     return absl::UnavailableError("cannot set up the UCX progress thread's wake-ups");
   }
-  for (int fd : {w->ucx_fd_, w->wake_fd_}) {
-    epoll_event event = {};
-    event.events = EPOLLIN;
-    event.data.fd = fd;
-    epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+  for (int fd : {w->ucx_fd_, w->wake_fd_}) w->WatchForInput(fd);
+  // No other thread yet: handlers are set here. Every id below the highest gets one: UCX 1.13
+  // calls a null handler for an id below the highest registered one (a peer's message with
+  // such an id crashed the process), so ids the owner does not serve drop what comes.
+  for (unsigned id = 0; id < kReceiveCheckAm; ++id) {
+    w->SetAmHandler(
+        id, [](const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) { return UCS_OK; });
+  }
+  w->SetAmHandler(kReceiveCheckAm, [raw = w.get()](const void* header, size_t header_length, void*,
+                                                   size_t, const ucp_am_recv_param_t*) {
+    uint64_t check = 0;
+    if (header_length == sizeof(check)) {
+      std::memcpy(&check, header, sizeof(check));
+      raw->checks_received_ = std::max(raw->checks_received_, check);
+    }
+    return UCS_OK;
+  });
+  if (options.receive_check_interval > absl::ZeroDuration() &&
+      MayMapMemory(EffectiveTls(options.tls))) {
+    w->check_interval_ns_ = absl::ToInt64Nanoseconds(options.receive_check_interval);
+    w->next_check_ns_ = NowNanos() + w->check_interval_ns_;
   }
   w->pool_ = std::make_shared<Pool>();
   {
@@ -144,6 +151,28 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
   }
   w->thread_ = std::thread([raw = w.get()] { raw->Run(); });
   return w;
+}
+
+absl::Status UcxWorker::CreateUcpWorker(ucp_worker_h* worker, std::string* address, int* event_fd) {
+  ucp_worker_params_t params = {};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // One thread at a time (the holder of ucx_mu_), not always the same one.
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucs_status_t status = ucp_worker_create(context_, &params, worker);
+  if (status != UCS_OK) return UcxError("ucp_worker_create", status);
+  ucp_address_t* packed = nullptr;
+  size_t length = 0;
+  status = ucp_worker_get_address(*worker, &packed, &length);
+  if (status == UCS_OK) {
+    address->assign(reinterpret_cast<const char*>(packed), length);
+    ucp_worker_release_address(*worker, packed);
+    status = ucp_worker_get_efd(*worker, event_fd);
+  }
+  if (status != UCS_OK) {
+    ucp_worker_destroy(std::exchange(*worker, nullptr));
+    return UcxError("setting up a UCX worker", status);
+  }
+  return absl::OkStatus();
 }
 
 UcxWorker::~UcxWorker() {
@@ -226,16 +255,27 @@ void UcxWorker::Stop(absl::AnyInvocable<void()> last) {
   if (thread_.joinable()) thread_.join();
 }
 
+void UcxWorker::WatchForInput(int fd) {
+  epoll_event event = {};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+}
+
 void UcxWorker::SetAmHandler(unsigned id, AmHandler handler) {
   if (am_handlers_.size() <= id) am_handlers_.resize(id + 1);
-  am_handlers_[id] = std::move(handler);
+  am_handlers_[id] = std::make_unique<AmSlot>(AmSlot{this, std::move(handler)});
+  RegisterAmHandler(id);
+}
+
+void UcxWorker::RegisterAmHandler(unsigned id) {
   ucp_am_handler_param_t param = {};
   param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
   param.id = id;
   param.flags = UCP_AM_FLAG_WHOLE_MSG;
   param.cb = &UcxWorker::OnAm;
-  param.arg = &am_handlers_[id];
+  param.arg = am_handlers_[id].get();
   const ucs_status_t status = ucp_worker_set_am_recv_handler(worker_, &param);
   if (status != UCS_OK)
     LogError("ucx: cannot set an active-message handler: %s", ucs_status_string(status));
@@ -243,7 +283,9 @@ void UcxWorker::SetAmHandler(unsigned id, AmHandler handler) {
 
 ucs_status_t UcxWorker::OnAm(void* arg, const void* header, size_t header_length, void* data,
                              size_t length, const ucp_am_recv_param_t* param) {
-  return (*static_cast<AmHandler*>(arg))(header, header_length, data, length, param);
+  auto* slot = static_cast<AmSlot*>(arg);
+  ++slot->worker->arrivals_;
+  return slot->handler(header, header_length, data, length, param);
 }
 
 bool UcxWorker::RunTasks() {
@@ -280,11 +322,13 @@ void UcxWorker::Run() {
     if (drivers_.load() > 0) {
       StandBy(standby_nap);
       last_activity = NowNanos();  // their calls count as activity
+      MaybeCheckReceiving(last_activity);
       continue;
     }
     if (ProgressOnce()) {
       alone.OnEvent();
       last_activity = NowNanos();
+      MaybeCheckReceiving(last_activity);
       continue;
     }
     // An answer usually follows within microseconds of a message: waking up from epoll would
@@ -293,7 +337,9 @@ void UcxWorker::Run() {
     // (a caller driving the worker, which is then left to it, or one about to wait), otherwise
     // once the thread has polled alone for a while (SpinPacer: less where a thread waits for
     // this CPU).
-    const int64_t idle_ns = NowNanos() - last_activity;
+    const int64_t now = NowNanos();
+    MaybeCheckReceiving(now);
+    const int64_t idle_ns = now - last_activity;
     if (options_.busy_poll || idle_ns < poll_ns) {
       if (driven_.load(std::memory_order_relaxed)) {
         sched_yield();
@@ -313,6 +359,14 @@ void UcxWorker::Run() {
     last_activity = NowNanos();
   }
   Release();
+}
+
+void UcxWorker::MaybeCheckReceiving(int64_t now_ns) {
+  if (check_interval_ns_ == 0 || now_ns < next_check_ns_) return;
+  next_check_ns_ = now_ns + check_interval_ns_;
+  absl::MutexLock lock(&ucx_mu_);
+  Holding holding(this);
+  CheckReceiving();
 }
 
 bool UcxWorker::ProgressOnce() {
@@ -400,6 +454,7 @@ void UcxWorker::Release() {
     pool_->free.clear();
     pool_->context = nullptr;
   }
+  if (checker_ != nullptr) ucp_worker_destroy(checker_);
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
   released_ = true;
@@ -440,114 +495,10 @@ Payload UcxWorker::Buffer(size_t bytes, uint8_t** data) {
   return Payload::Shared(ByteSpan(*data, bytes), std::move(owner));
 }
 
-UcxBuffer DescribePieces(absl::Span<ucp_dt_iov_t> pieces) {
-  size_t merged = 0;
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    ucp_dt_iov_t& last = pieces[merged == 0 ? 0 : merged - 1];
-    if (merged > 0 && static_cast<uint8_t*>(last.buffer) + last.length == pieces[i].buffer) {
-      last.length += pieces[i].length;
-    } else {
-      pieces[merged++] = pieces[i];
-    }
-  }
-  pieces = pieces.first(merged);
-  if (pieces.empty()) return {ucp_dt_make_contig(1), nullptr, 0};
-  if (pieces.size() == 1) return {ucp_dt_make_contig(1), pieces[0].buffer, pieces[0].length};
-  return {ucp_dt_make_iov(), pieces.data(), pieces.size()};
-}
-
-namespace {
-std::atomic<uint64_t> sends_inside_progress{0};
-}  // namespace
-
-uint64_t SendsInsideProgressForTesting() { return sends_inside_progress.load(); }
-
-void SendFrame(UcxWorker& worker, ucp_ep_h ep, unsigned am_id, const UcxFrame& frame,
-               Payload payload, bool eager, absl::AnyInvocable<void(ucs_status_t)> done) {
-  if (worker.InsideProgress()) sends_inside_progress.fetch_add(1, std::memory_order_relaxed);
-  // UCX 1.13 has no UCP_AM_SEND_FLAG_COPY_HEADER: the header lives until the send completes.
-  // Data-path headers fit inline (no allocation of their own).
-  struct SendState {
-    absl::InlinedVector<char, 96> header;
-    Payload payload;
-    absl::InlinedVector<ucp_dt_iov_t, 2> iov;  // the state stays put: UCX may point into it
-    absl::AnyInvocable<void(ucs_status_t)> done;
-  };
-  auto* state = new SendState{{}, std::move(payload), {}, std::move(done)};
-  state->header.resize(EncodedUcxFrameSize(frame));
-  EncodeUcxFrameTo(frame, state->header.data());
-  for (const ByteSpan& segment : state->payload.segments()) {
-    state->iov.push_back({const_cast<uint8_t*>(segment.data()), segment.size()});
-  }
-  ucp_request_param_t param = {};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
-  const UcxBuffer buffer = DescribePieces(absl::MakeSpan(state->iov));
-  param.datatype = buffer.datatype;
-  if (eager) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_AM_SEND_FLAG_EAGER;
-  }
-  param.user_data = state;
-  param.cb.send = [](void* request, ucs_status_t status, void* user_data) {
-    auto* sent = static_cast<SendState*>(user_data);
-    sent->done(status);
-    delete sent;
-    ucp_request_free(request);
-  };
-  ucs_status_ptr_t request = ucp_am_send_nbx(ep, am_id, state->header.data(), state->header.size(),
-                                             buffer.buffer, buffer.count, &param);
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
-    state->done(request == nullptr ? UCS_OK : UCS_PTR_STATUS(request));
-    delete state;
-  }
-}
-
 std::function<void(ucs_status_t)>* UcxWorker::Keep(std::function<void(ucs_status_t)> callback) {
   error_handlers_.push_back(
       std::make_unique<std::function<void(ucs_status_t)>>(std::move(callback)));
   return error_handlers_.back().get();
-}
-
-absl::StatusOr<ucp_ep_h> CreateEndpoint(UcxWorker& worker, const std::string& address,
-                                        std::function<void(ucs_status_t)> on_error) {
-  // The peer's address comes over the network: what cannot be one is refused before UCX
-  // reads it (and asserts).
-  HETPS_RETURN_IF_ERROR(CheckWorkerAddress(address));
-  ucp_ep_params_t params = {};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  // Peer failure detection (UCP_ERR_HANDLING_MODE_PEER) rules out shared memory in UCX 1.13,
-  // so it stays off: deadlines end calls to a vanished peer, a probe then notices a restarted
-  // server, and peers that leave cleanly say goodbye.
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-  params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
-    (*static_cast<std::function<void(ucs_status_t)>*>(arg))(status);
-  };
-  params.err_handler.arg = worker.Keep(std::move(on_error));
-  ucp_ep_h ep = nullptr;
-  const ucs_status_t status = ucp_ep_create(worker.worker(), &params, &ep);
-  if (status != UCS_OK) return UcxError("ucp_ep_create", status);
-  return ep;
-}
-
-void CloseEndpoint(UcxWorker& worker, ucp_ep_h ep, absl::Duration wait) {
-  if (worker.InsideProgress()) {
-    worker.RunAfterProgress([&worker, ep] { CloseEndpoint(worker, ep); });
-    return;
-  }
-  ucp_request_param_t param = {};
-  ucs_status_ptr_t request = ucp_ep_close_nbx(ep, &param);
-  // Done, or failed (the flush to a peer that is gone: the endpoint is released all the same).
-  if (!UCS_PTR_IS_PTR(request)) return;
-  if (wait > absl::ZeroDuration()) {
-    worker.ProgressUntil([request] { return ucp_request_check_status(request) != UCS_INPROGRESS; },
-                         wait);
-  }
-  // Released now, a close still under way completes in the background (UCX frees it then, and
-  // a worker destroyed meanwhile ends it).
-  ucp_request_free(request);
 }
 
 }  // namespace hetps::transport::ucx_internal

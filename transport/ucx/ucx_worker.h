@@ -23,6 +23,17 @@
 //   auto worker = UcxWorker::Create(options, "ucx-server");
 //   (*worker)->Post([w = worker->get()] { ... ucp calls on w->worker() ... });
 //
+// Receive checks: a sender killed while it writes into UCX's shared-memory receive queue (which
+// every local sender shares, read in order) leaves it stuck: nothing reaches the worker over
+// shared memory again. So the progress thread sends the worker a message over shared memory
+// every UcxOptions::receive_check_interval, from a second UCX worker of this process. If the
+// last one was in the queue and has not been read by the next check, or could not enter the
+// queue (full) and nothing else was read either, the worker starts afresh: a new UCX worker (a
+// new queue and address) in its place, after the owner has dropped its endpoints (OnRenewal),
+// and the old one destroyed. Peers then reconnect to the new address (a client bootstraps
+// again; a server's clients are told goodbye and learn the new address from their next
+// bootstrap or probe).
+//
 // Thread safety: Post, RunOrPost, the driving calls, address and Stop may be called from any
 // thread; everything else only from tasks (by the thread holding the worker).
 #ifndef HETPS_TRANSPORT_UCX_UCX_WORKER_H_
@@ -54,6 +65,7 @@ namespace hetps::transport::ucx_internal {
 // Active-message ids.
 inline constexpr unsigned kRequestAm = 1;
 inline constexpr unsigned kResponseAm = 2;
+inline constexpr unsigned kReceiveCheckAm = 3;  // the worker's own (see Receive checks above)
 
 class UcxWorker {
  public:
@@ -109,13 +121,23 @@ class UcxWorker {
   // and releases UCX. Idempotent.
   void Stop(absl::AnyInvocable<void()> last = nullptr);
 
-  // The worker's address, for the peer's ucp_ep_create.
-  const std::string& address() const { return address_; }
+  // The worker's address, for the peer's ucp_ep_create; a new one after a renewal.
+  std::string address() const {
+    absl::MutexLock lock(&address_mu_);
+    return address_;
+  }
+  // How often the worker started afresh because its receive queue was stuck.
+  int renewals() const { return renewals_.load(); }
   const UcxOptions& options() const { return options_; }
 
   // --- Only by the thread holding the worker (in tasks, handlers and callbacks) ---
   ucp_worker_h worker() const { return worker_; }
   void SetAmHandler(unsigned id, AmHandler handler);
+  // Runs, holding the worker, before a renewal replaces the UCX worker (see Receive checks):
+  // the owner fails its calls and closes its endpoints, which belong to the old one.
+  void OnRenewal(absl::AnyInvocable<void()> drop_endpoints) {
+    on_renewal_ = std::move(drop_endpoints);
+  }
   // Progresses until `done()` or `timeout` (for closing endpoints and flushing). Does nothing
   // inside progress (UCX's own callbacks), where progress must not nest.
   void ProgressUntil(const std::function<bool()>& done, absl::Duration timeout);
@@ -137,6 +159,18 @@ class UcxWorker {
   class Holding;
 
   UcxWorker() = default;
+  void WatchForInput(int fd);  // in the progress thread's epoll
+  // Hands am_handlers_[id] to UCX.
+  void RegisterAmHandler(unsigned id);
+  // A UCX worker of `context_` for one thread at a time, its address and event fd.
+  absl::Status CreateUcpWorker(ucp_worker_h* worker, std::string* address, int* event_fd);
+  // Receive checks, from the progress thread: one every interval, holding the worker.
+  void MaybeCheckReceiving(int64_t now_ns);
+  // Starts afresh if the last check has not arrived, else sends the next one.
+  void CheckReceiving();
+  void SendReceiveCheck();
+  // A new UCX worker in place of the stuck one (see Receive checks).
+  void Renew();
   enum class Here { kHeldAlready, kEntered, kStopping, kBusy };
   // For RunOrPost: whether the calling thread may use UCX now. kEntered: it took the worker
   // (and ran the tasks posted before); it must LeaveHere() after its task.
@@ -164,7 +198,9 @@ class UcxWorker {
   UcxOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  std::string address_;
+  mutable absl::Mutex address_mu_;
+  std::string address_ ABSL_GUARDED_BY(address_mu_);
+  std::atomic<int> renewals_{0};
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   int standby_fd_ = -1;  // an eventfd, written to wake the thread standing by
@@ -172,9 +208,26 @@ class UcxWorker {
   // Only the thread holding the worker touches these.
   int progress_depth_ = 0;
   std::vector<absl::AnyInvocable<void()>> after_progress_;
-  std::vector<AmHandler> am_handlers_;  // by id
+  struct AmSlot {
+    UcxWorker* worker;
+    AmHandler handler;
+  };
+  std::vector<std::unique_ptr<AmSlot>> am_handlers_;  // by id; UCX holds their addresses
+  uint64_t arrivals_ = 0;                             // active messages received
   std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
   std::shared_ptr<Pool> pool_;
+  // Receive checks: the sender (a second UCX worker) and its endpoint to this one, created at
+  // the first check; checks numbered from 1.
+  ucp_worker_h checker_ = nullptr;
+  ucp_ep_h checker_ep_ = nullptr;
+  uint64_t checks_sent_ = 0;
+  uint64_t checks_received_ = 0;
+  bool check_queued_ = false;  // the last check is in the queue (its send completed)
+  uint64_t arrivals_at_check_ = 0;
+  absl::AnyInvocable<void()> on_renewal_;
+  // Only the progress thread: when the next check is due; 0 interval: no checks.
+  int64_t check_interval_ns_ = 0;
+  int64_t next_check_ns_ = 0;
 
   // Held by whoever uses UCX. Taken before mu_ when both are.
   absl::Mutex ucx_mu_;
