@@ -41,25 +41,26 @@ void UcxWorker::CheckReceiving() {
   SendReceiveCheck();
 }
 
-void UcxWorker::SendReceiveCheck() {
-  if (checker_ == nullptr) {
-    std::string unused_address;
-    int unused_fd = -1;
-    ucp_ep_params_t params = {};
-    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    const std::string own = address();
-    params.address = reinterpret_cast<const ucp_address_t*>(own.data());
-    absl::Status created = CreateUcpWorker(&checker_, &unused_address, &unused_fd);
-    if (created.ok() && ucp_ep_create(checker_, &params, &checker_ep_) != UCS_OK) {
-      created = absl::UnavailableError("ucp_ep_create failed");
-    }
-    if (!created.ok()) {
-      LogWarning("ucx: %s: no receive checks: %s", name_, created.message());
-      if (checker_ != nullptr) ucp_worker_destroy(std::exchange(checker_, nullptr));
-      check_interval_ns_ = 0;
-      return;
-    }
+void UcxWorker::StartChecker() {
+  std::string unused_address;
+  int unused_fd = -1;
+  ucp_ep_params_t params = {};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  const std::string own = address();
+  params.address = reinterpret_cast<const ucp_address_t*>(own.data());
+  absl::Status created = CreateUcpWorker(&checker_, &unused_address, &unused_fd);
+  if (created.ok() && ucp_ep_create(checker_, &params, &checker_ep_) != UCS_OK) {
+    created = absl::UnavailableError("ucp_ep_create failed");
   }
+  if (!created.ok()) {
+    LogWarning("ucx: %s: no receive checks: %s", name_, created.message());
+    if (checker_ != nullptr) ucp_worker_destroy(std::exchange(checker_, nullptr));
+    checker_ep_ = nullptr;
+  }
+}
+
+void UcxWorker::SendReceiveCheck() {
+  if (checker_ == nullptr) return;  // it did not start
   // UCX 1.13 reads the header until the send completes: it lives until then.
   struct Check {
     uint64_t number;
@@ -121,6 +122,7 @@ void UcxWorker::Renew() {
   checks_sent_ = 0;
   checks_received_ = 0;
   check_queued_ = false;
+  StartChecker();
   renewals_.fetch_add(1);
 }
 

@@ -143,6 +143,9 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const UcxOptions& o
       MayMapMemory(EffectiveTls(options.tls))) {
     w->check_interval_ns_ = absl::ToInt64Nanoseconds(options.receive_check_interval);
     w->next_check_ns_ = NowNanos() + w->check_interval_ns_;
+    // Here, not at the first check: a UCX worker takes milliseconds to start (more on a loaded
+    // machine), which the progress thread would keep its callers waiting for.
+    w->StartChecker();
   }
   w->pool_ = std::make_shared<Pool>();
   {

@@ -169,6 +169,8 @@ class UcxWorker {
   // Starts afresh if the last check has not arrived, else sends the next one.
   void CheckReceiving();
   void SendReceiveCheck();
+  // The checker and its endpoint to this worker (none if UCX refuses: no checks then).
+  void StartChecker();
   // A new UCX worker in place of the stuck one (see Receive checks).
   void Renew();
   enum class Here { kHeldAlready, kEntered, kStopping, kBusy };
@@ -216,8 +218,8 @@ class UcxWorker {
   uint64_t arrivals_ = 0;                             // active messages received
   std::vector<std::unique_ptr<std::function<void(ucs_status_t)>>> error_handlers_;
   std::shared_ptr<Pool> pool_;
-  // Receive checks: the sender (a second UCX worker) and its endpoint to this one, created at
-  // the first check; checks numbered from 1.
+  // Receive checks: the sender (a second UCX worker) and its endpoint to this one, created with
+  // the worker and again after a renewal; checks numbered from 1.
   ucp_worker_h checker_ = nullptr;
   ucp_ep_h checker_ep_ = nullptr;
   uint64_t checks_sent_ = 0;
