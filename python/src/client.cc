@@ -243,6 +243,10 @@ py::object StartCall(PyClient& self, Method method, py::handle tensors, py::hand
   // No stream named: CUDA's legacy default stream (0), which every other stream waits for.
   const GpuStream stream = reinterpret_cast<GpuStream>(call.stream.value_or(0));
   Operation operation(nullptr);
+  // Counted as a handle from here until the handle below exists: an operation that ends before
+  // (its caller descheduled before it took the GIL back) is then finished by that handle, as any
+  // ended one, not handed to the callback thread (seen once in a loaded test run).
+  state->AddHandle();
   {
     py::gil_scoped_release release;
     DoneCallback done = PostTo(state);
@@ -273,6 +277,7 @@ py::object StartCall(PyClient& self, Method method, py::handle tensors, py::hand
     }
   }
   py::object handle = py::cast(OperationHandle(operation, state));
+  state->DropHandle();  // never the last: the handle above holds the state
   // It may have ended already: AddDoneCallback then calls it at once.
   if (!callback.is_none()) handle.cast<OperationHandle&>().AddDoneCallback(handle, callback);
   return handle;
