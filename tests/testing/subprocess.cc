@@ -24,8 +24,10 @@ extern char** environ;
 namespace hetps::testing {
 
 std::string BinaryPath(const std::string& relative) {
+  // Not the working directory: a test binary run by hand from anywhere finds the programs built
+  // beside it.
   const char* dir = std::getenv("HETPS_BINARY_DIR");
-  return std::string(dir != nullptr ? dir : ".") + "/" + relative;
+  return std::string(dir != nullptr ? dir : HETPS_BUILD_DIR) + "/" + relative;
 }
 
 std::string SourcePath(const std::string& relative) {

@@ -19,8 +19,8 @@
 
 namespace hetps::testing {
 
-// The path of a program built by this project, e.g. "server/ps-server" (from
-// $HETPS_BINARY_DIR, which ctest sets to the build directory).
+// The path of a program built by this project, e.g. "server/ps-server": in $HETPS_BINARY_DIR
+// (ctest sets it), else in the build directory the tests were built in.
 std::string BinaryPath(const std::string& relative);
 
 // The path of a file of the source tree, e.g. "deploy/tls/make_certs.sh".
