@@ -20,24 +20,23 @@ class ScopedRunner {
   ScopedRunner(std::optional<std::string> binary_dir, const std::string& working_directory)
       : working_directory_(std::filesystem::current_path()) {
     if (const char* value = std::getenv(kVariable); value != nullptr) binary_dir_ = value;
-    if (binary_dir.has_value()) {
-      setenv(kVariable, binary_dir->c_str(), /*overwrite=*/1);
-    } else {
-      unsetenv(kVariable);
-    }
+    SetBinaryDir(binary_dir);
     std::filesystem::current_path(working_directory);
   }
   ~ScopedRunner() {
     std::filesystem::current_path(working_directory_);
-    if (binary_dir_.has_value()) {
-      setenv(kVariable, binary_dir_->c_str(), /*overwrite=*/1);
-    } else {
-      unsetenv(kVariable);
-    }
+    SetBinaryDir(binary_dir_);
   }
 
  private:
   static constexpr char kVariable[] = "HETPS_BINARY_DIR";
+  static void SetBinaryDir(const std::optional<std::string>& dir) {
+    if (dir.has_value()) {
+      setenv(kVariable, dir->c_str(), /*overwrite=*/1);
+    } else {
+      unsetenv(kVariable);
+    }
+  }
   const std::filesystem::path working_directory_;
   std::optional<std::string> binary_dir_;
 };
